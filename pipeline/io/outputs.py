@@ -1,0 +1,91 @@
+"""Everything one table of a stage writes: schema-checked rows, dead letters, and the counts for the report."""
+from __future__ import annotations
+
+from typing import Callable
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED, SCHEMA as DEAD_LETTER_SCHEMA, dead_letter
+from pipeline.io.parquet import WriteParquetTable, shard_pattern
+from pipeline.io.schema import SchemaViolation, TableSchema, load_schema
+from pipeline.perturb.outcomes import Reject
+
+
+class _CheckSchema(beam.DoFn):
+    """Rows that do not fit the schema are dead letters, not a crash in the sink."""
+
+    def __init__(self, stage: str, table: str, schema: TableSchema):
+        self.stage, self.table, self.schema = stage, table, schema
+        self.bad = Metrics.counter(f"{stage}.{table}", "schema_violation")
+
+    def process(self, row):
+        try:
+            self.schema.check_row(row)
+        except SchemaViolation as e:
+            self.bad.inc()
+            yield beam.pvalue.TaggedOutput(REJECTED, dead_letter(
+                self.stage, self.table, row.get("source", ""), row.get("source_file", ""),
+                row.get("source_index", -1), Reject("schema_violation", str(e)), row))
+            return
+        yield row
+
+
+def _count_rows(row, table: str, group: Callable[[dict], tuple] | None):
+    yield ("rows", table, row["source_file"]), 1
+    if group:
+        yield ("group", table, *group(row)), 1
+
+
+def _count_dead(letter, table: str):
+    yield ("dead", table, letter["source_file"], letter["kind"], letter["reason"]), 1
+
+
+def owned_paths(output_dir: str, table: str) -> list[str]:
+    """Glob patterns of the files a run writes for `table`: removed before it writes them again."""
+    return [
+        shard_pattern(FileSystems.join(output_dir, table), "*"),
+        shard_pattern(FileSystems.join(output_dir, REJECTED), table),
+        shard_pattern(FileSystems.join(output_dir, DISCARDED), table),
+    ]
+
+
+class WriteTableOutputs(beam.PTransform):
+    """rows + dead letters + read counts of one table -> Parquet files; outputs (count key, n) for the report.
+
+    Writes <output_dir>/<table>/<split>-*.parquet against schemas/<schema>.json and
+    <output_dir>/{rejected,discarded}/<table>-*.parquet against schemas/dead_letters.json.
+    """
+
+    def __init__(self, stage: str, table: str, schema: str, output_dir: str, rows_per_shard: int,
+                 group: Callable[[dict], tuple] | None = None):
+        super().__init__()
+        self.stage, self.table, self.output_dir = stage, table, output_dir
+        self.schema = load_schema(schema)
+        self.rows_per_shard = rows_per_shard
+        self.group = group
+
+    def expand(self, inputs):
+        rows, read = inputs["rows"], inputs["read"]
+        checked = rows | "CheckSchema" >> beam.ParDo(
+            _CheckSchema(self.stage, self.table, self.schema)).with_outputs(REJECTED, main="rows")
+        dead_schema = load_schema(DEAD_LETTER_SCHEMA)
+        counts = [
+            read | "CountRead" >> beam.Map(lambda fn, t: (("read", t, fn[0]), fn[1]), self.table),
+            checked.rows | "CountRows" >> beam.FlatMap(_count_rows, self.table, self.group),
+        ]
+        shards = [checked.rows | "WriteRows" >> WriteParquetTable(
+            FileSystems.join(self.output_dir, self.table), self.schema, rows_per_shard=self.rows_per_shard)]
+        for kind in (REJECTED, DISCARDED):
+            letters = [inputs[kind]] if kind in inputs else []
+            if kind == REJECTED:
+                letters.append(checked[REJECTED])
+            dead = letters | f"All{kind.title()}" >> beam.Flatten()
+            counts.append(dead | f"Count{kind.title()}" >> beam.FlatMap(_count_dead, self.table))
+            shards.append(dead | f"Write{kind.title()}" >> WriteParquetTable(
+                FileSystems.join(self.output_dir, kind), dead_schema, prefix=self.table,
+                rows_per_shard=self.rows_per_shard, shard_by="record_key"))
+        counts.append(
+            shards[0] | "CountShards" >> beam.Map(lambda path_n, t: (("shard", t, path_n[0]), path_n[1]), self.table))
+        return counts | "AllCounts" >> beam.Flatten()

@@ -1,0 +1,104 @@
+"""Run report: counts computed inside the pipeline, written as <output>/report.json, printed as a table.
+
+Every count is a key tuple in one of these forms (t = table name):
+  ("read", t, file)                  records read from an input file
+  ("rows", t, file)                  rows that passed the schema check and went to the sink
+  ("dead", t, file, kind, reason)    dead letters: kind is rejected or discarded
+  ("group", t, *group)               rows per breakdown group (e.g. subset, category, replaced pair)
+  ("shard", t, path)                 rows the sink wrote to one Parquet file
+so that read = rows + discarded + rejected can be checked per file from independent counts.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED
+
+REPORT_FILE = "report.json"
+
+
+class SumCounts(beam.CombineFn):
+    """(key, n) pairs -> {key: total}."""
+
+    def create_accumulator(self):
+        return Counter()
+
+    def add_input(self, acc, item):
+        key, n = item
+        acc[key] += n
+        return acc
+
+    def merge_accumulators(self, accs):
+        total = Counter()
+        for acc in accs:
+            total.update(acc)
+        return total
+
+    def extract_output(self, acc):
+        return dict(acc)
+
+
+def table_report(table: str, counts: dict, groups: list[str], expected_groups: list[tuple] = ()) -> dict:
+    """The report section of one table. `groups` names the fields of its ("group", ...) keys."""
+    files = defaultdict(lambda: {"read": 0, "rows": 0, DISCARDED: 0, REJECTED: 0})
+    reasons = {DISCARDED: Counter(), REJECTED: Counter()}
+    grouped = Counter({tuple(g): 0 for g in expected_groups})
+    shards = {}
+    for key, n in counts.items():
+        kind, name, rest = key[0], key[1], key[2:]
+        if name != table:
+            continue
+        if kind in ("read", "rows"):
+            files[rest[0]][kind] += n
+        elif kind == "dead":
+            file, dead_kind, reason = rest
+            files[file][dead_kind] += n
+            reasons[dead_kind][reason] += n
+        elif kind == "group":
+            grouped[rest] += n
+        elif kind == "shard":
+            shards[rest[0]] = n
+    for stats in files.values():
+        stats["balanced"] = stats["read"] == stats["rows"] + stats[DISCARDED] + stats[REJECTED]
+    totals = {k: sum(f[k] for f in files.values()) for k in ("read", "rows", DISCARDED, REJECTED)}
+    written = sum(shards.values())
+    return {
+        **totals,
+        "written": written,
+        "balanced": all(f["balanced"] for f in files.values()) and written == totals["rows"],
+        "files": {f: files[f] for f in sorted(files)},
+        "groups": {"fields": groups, "rows": [[*g, n] for g, n in sorted(grouped.items())]},
+        "discard_reasons": dict(reasons[DISCARDED].most_common()),
+        "reject_reasons": dict(reasons[REJECTED].most_common()),
+        "shards": dict(sorted(shards.items())),
+    }
+
+
+def write_json(path: str, obj) -> None:
+    with FileSystems.create(path) as f:
+        f.write((json.dumps(obj, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def read_json(path: str):
+    with FileSystems.open(path) as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def format_summary(report: dict) -> str:
+    """The table printed at the end of a run."""
+    lines = [f"stage {report['stage']}: {report['output_dir']}"]
+    header = f"{'table':<10} {'read':>8} {'rows':>8} {'discarded':>10} {'rejected':>9}  balanced"
+    lines += [header, "-" * len(header)]
+    for name, t in report["tables"].items():
+        lines.append(f"{name:<10} {t['read']:>8} {t['rows']:>8} {t[DISCARDED]:>10} {t[REJECTED]:>9}  "
+                     f"{'yes' if t['balanced'] else 'NO'}")
+    for name, t in report["tables"].items():
+        for kind in ("discard_reasons", "reject_reasons"):
+            if t[kind]:
+                top = ", ".join(f"{r} {n}" for r, n in list(t[kind].items())[:6])
+                lines.append(f"  {name} {kind.replace('_', ' ')}: {top}")
+    return "\n".join(lines)

@@ -1,0 +1,14 @@
+"""Stable identities of records: the same input gives the same ids on any worker, in any order."""
+from __future__ import annotations
+
+import hashlib
+
+
+def record_key(source_file: str, source_index: int) -> str:
+    """Where a record came from: its file (relative to the source root) and its position in that file."""
+    return f"{source_file}:{source_index}"
+
+
+def example_id(source: str, key: str) -> str:
+    """Hash of (source, record key): 16 hex digits, stable across runs, machines and shardings."""
+    return hashlib.sha256(f"{source}\x1f{key}".encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -1,0 +1,89 @@
+"""ARO VG-Attribution (`visual_genome_attribution.json`): a JSON list of objects, one per test case."""
+from __future__ import annotations
+
+import math
+import posixpath
+
+from pipeline.perturb.outcomes import Reject
+from pipeline.perturb.text import has_surrogates
+from pipeline.records import example_id, record_key
+from pipeline.sources.files import ReadJsonRecords, read_json_list, require_file
+from pipeline.sources.vl_checklist import image_id_from_path
+
+SOURCE = "aro_vga"
+BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
+
+
+def check_file(path: str) -> None:
+    require_file(path)
+    read_json_list(path)
+
+
+def _text(raw: dict, field: str, required: bool = True) -> str | None:
+    value = raw.get(field)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise Reject(f"bad_{field}", f"{field} must be a string, got {value!r:.80}")
+    if not value.strip():
+        raise Reject("empty_caption" if field.endswith("caption") else f"bad_{field}", f"{field} is empty")
+    if has_surrogates(value):
+        raise Reject("invalid_utf8", f"{field} has bytes that are not UTF-8")
+    return value
+
+
+def _number(raw: dict, field: str) -> float:
+    value = raw.get(field)
+    if isinstance(value, str):  # some dumps quote numbers
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise Reject("bad_bbox", f"{field} must be a number, got {value!r:.40}")
+    return float(value)
+
+
+def _image_id(raw: dict, image_path: str) -> int | None:
+    value = raw.get("image_id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return image_id_from_path(image_path)
+
+
+def normalise(raw, source_file: str, index: int) -> dict:
+    """The record as a plain dict with a stable key, or Reject(reason)."""
+    if not isinstance(raw, dict):
+        raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
+    image_path = _text(raw, "image_path")
+    bbox = {field: _number(raw, field) for field in BBOX}
+    if bbox["bbox_w"] <= 0 or bbox["bbox_h"] <= 0:
+        raise Reject("bad_bbox", f"empty box {bbox['bbox_w']}x{bbox['bbox_h']}")
+    attributes = raw.get("attributes")
+    if (not isinstance(attributes, list) or len(attributes) != 2
+            or not all(isinstance(a, str) and a.strip() for a in attributes)):
+        raise Reject("bad_attributes", f"expected two attribute strings, got {attributes!r:.80}")
+    if any(has_surrogates(a) for a in attributes):
+        raise Reject("invalid_utf8", "attributes have bytes that are not UTF-8")
+    key = record_key(source_file, index)
+    return {
+        "example_id": example_id(SOURCE, key),
+        "source": SOURCE,
+        "source_file": source_file,
+        "source_index": index,
+        "image_path": image_path,
+        "image_id": _image_id(raw, image_path),
+        **bbox,
+        "caption": _text(raw, "true_caption"),
+        "hard_negative": _text(raw, "false_caption"),
+        "attributes": list(attributes),
+        "obj1_name": _text(raw, "obj1_name", required=False),
+        "obj2_name": _text(raw, "obj2_name", required=False),
+    }
+
+
+def read_aro_attribution(path: str, stage: str, table: str) -> ReadJsonRecords:
+    source_file = posixpath.basename(path.replace("\\", "/"))
+    return ReadJsonRecords([(path, source_file, {})], SOURCE, normalise, stage, table)
