@@ -31,8 +31,10 @@ def read_json_list(path: str) -> list:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        hint = "; the file looks truncated" if e.pos >= len(text.rstrip()) else ""
-        raise InputFileError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}{hint})") from None
+        # An unterminated string or an error at the very end means the input stopped mid-record.
+        truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
+        hint = "; the file looks truncated" if truncated else ""
+        raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
     if not isinstance(data, list):
         raise InputFileError(f"{path}: expected a JSON list of records, found a JSON {type(data).__name__}")
     return data

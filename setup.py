@@ -1,0 +1,37 @@
+"""hardpos: compositional hard-negative / hard-positive caption data on Apache Beam."""
+from setuptools import find_packages, setup
+
+setup(
+    name="hardpos",
+    version="0.1.0",
+    description="Hard negatives and hard positives for vision-language compositionality (Kamath et al., ECCV 2024)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    # schemas/ is a top-level folder of the repo; installed, it lives in the package as pipeline/_schemas.
+    packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas"],
+    package_dir={"pipeline._schemas": "schemas"},
+    package_data={"pipeline._schemas": ["*.json"], "pipeline.perturb": ["data/*.json"]},
+    install_requires=[
+        "apache-beam>=2.77,<3",
+        "pyarrow>=14,<26",  # apache-beam 2.77 pins pyarrow<26 and numpy<2.5
+        "numpy<2.5",
+        "spacy>=3.8,<3.9",
+        "nltk>=3.9",
+        "datasets>=3",
+        "huggingface_hub>=0.30",
+    ],
+    extras_require={
+        # gs:// paths and the DataflowRunner.
+        "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        # LLM hard positives: vLLM on GPU workers (needs CUDA torch), or any OpenAI-compatible server.
+        "llm": ["vllm>=0.6", "openai>=1.0"],
+        # CLIP finetuning and evaluation.
+        "train": ["torch", "open_clip_torch>=2.24"],
+        # Fetching the images of a table.
+        "images": ["img2dataset>=1.45"],
+        "test": ["pytest>=8"],
+    },
+    entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
+)

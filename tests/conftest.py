@@ -1,0 +1,37 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "samples"
+VL_SAMPLE = SAMPLES / "vl_checklist"
+ARO_SAMPLE = SAMPLES / "aro" / "visual_genome_attribution.json"
+SHARED_DATA = Path(os.environ.get("HARDPOS_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def run_cli(*args: str, module: str = "pipeline.run") -> subprocess.CompletedProcess:
+    """The command as a user types it, in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def eval_sets_args(output_dir, vl=VL_SAMPLE, aro=ARO_SAMPLE, *extra):
+    args = ["--stage=eval_sets", f"--output_dir={output_dir}"]
+    if vl:
+        args.append(f"--vl_checklist_root={vl}")
+    if aro:
+        args.append(f"--aro_vga={aro}")
+    return [*args, *extra]
+
+
+@pytest.fixture(scope="session")
+def sample_output(tmp_path_factory):
+    """One run of the eval_sets stage on the embedded samples, shared by the tests that only read it."""
+    from pipeline.run import main
+
+    out = tmp_path_factory.mktemp("sample_out")
+    assert main(eval_sets_args(out)) == 0
+    return out
