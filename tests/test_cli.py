@@ -5,8 +5,8 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import ARO_SAMPLE, REPO, VL_SAMPLE, eval_sets_args, run_cli
+
 from pipeline.checks.eval_sets import check_output
 from pipeline.io.schema import load_schema
 from pipeline.run import main
@@ -130,7 +130,8 @@ def one_error_line(result):
     (["--output_dir=o", "--vl_checklist_root=samples/vl_checklist"], "--stage is required"),
     (["--stage=eval_sets", "--vl_checklist_root=samples/vl_checklist"], "--output_dir is required"),
     (["--stage=eval_sets", "--output_dir=o"], "needs --vl_checklist_root"),
-    (["--stage=eval_sets", "--output_dir=o", "--vl_checklist_rot=samples/vl_checklist"], "unknown flag --vl_checklist_rot"),
+    (["--stage=eval_sets", "--output_dir=o", "--vl_checklist_rot=samples/vl_checklist"],
+     "unknown flag --vl_checklist_rot"),
     (["--stage=eval_sets", "--output_dir=o", "--vl_checklist_root=no/such/dir"], "no/such/dir: no such directory"),
     (["--stage=eval_sets", "--output_dir=o", "--aro_vga=no/such.json"], "no/such.json: no such file"),
     (["--stage=eval_sets", "--output_dir=o", "--aro_vga=setup.py"], "setup.py: not valid JSON"),

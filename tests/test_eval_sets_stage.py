@@ -5,8 +5,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-
 from conftest import ARO_SAMPLE, VL_SAMPLE
+
 from pipeline.io.report import SumCounts
 from pipeline.options import HardposOptions
 from pipeline.sources import aro, vl_checklist

@@ -1,6 +1,6 @@
+import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
-import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 

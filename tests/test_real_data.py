@@ -1,7 +1,7 @@
 """Acceptance on the real VL-CheckList annotations in ../shared/data (skipped where they are absent)."""
 import pytest
-
 from conftest import SHARED_DATA, eval_sets_args
+
 from pipeline.checks.eval_sets import check_output
 from pipeline.run import main
 

@@ -7,7 +7,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.io.dead_letters import DISCARDED, REJECTED, SCHEMA as DEAD_LETTER_SCHEMA, dead_letter
+from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
+from pipeline.io.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
 from pipeline.io.parquet import WriteParquetTable, shard_pattern
 from pipeline.io.schema import SchemaViolation, TableSchema, load_schema
 from pipeline.perturb.outcomes import Reject
@@ -52,8 +53,9 @@ def owned_paths(output_dir: str, table: str) -> list[str]:
 
 
 class WriteTableOutputs(beam.PTransform):
-    """rows + dead letters + read counts of one table -> Parquet files; outputs (count key, n) for the report.
+    """Rows, dead letters and read counts of one table -> Parquet files; outputs (count key, n) for the report.
 
+    Input: {"rows", "read" (file, records in file), "rejected", "discarded"}, one PCollection each.
     Writes <output_dir>/<table>/<split>-*.parquet against schemas/<schema>.json and
     <output_dir>/{rejected,discarded}/<table>-*.parquet against schemas/dead_letters.json.
     """
@@ -67,25 +69,20 @@ class WriteTableOutputs(beam.PTransform):
         self.group = group
 
     def expand(self, inputs):
-        rows, read = inputs["rows"], inputs["read"]
-        checked = rows | "CheckSchema" >> beam.ParDo(
+        checked = inputs["rows"] | "CheckSchema" >> beam.ParDo(
             _CheckSchema(self.stage, self.table, self.schema)).with_outputs(REJECTED, main="rows")
-        dead_schema = load_schema(DEAD_LETTER_SCHEMA)
+        written = checked.rows | "WriteRows" >> WriteParquetTable(
+            FileSystems.join(self.output_dir, self.table), self.schema, rows_per_shard=self.rows_per_shard)
         counts = [
-            read | "CountRead" >> beam.Map(lambda fn, t: (("read", t, fn[0]), fn[1]), self.table),
+            inputs["read"] | "CountRead" >> beam.Map(lambda file_n, t: (("read", t, file_n[0]), file_n[1]), self.table),
             checked.rows | "CountRows" >> beam.FlatMap(_count_rows, self.table, self.group),
+            written | "CountShards" >> beam.Map(lambda path_n, t: (("shard", t, path_n[0]), path_n[1]), self.table),
         ]
-        shards = [checked.rows | "WriteRows" >> WriteParquetTable(
-            FileSystems.join(self.output_dir, self.table), self.schema, rows_per_shard=self.rows_per_shard)]
-        for kind in (REJECTED, DISCARDED):
-            letters = [inputs[kind]] if kind in inputs else []
-            if kind == REJECTED:
-                letters.append(checked[REJECTED])
+        dead_schema = load_schema(DEAD_LETTER_SCHEMA)
+        for kind, letters in ((REJECTED, (inputs[REJECTED], checked[REJECTED])), (DISCARDED, (inputs[DISCARDED],))):
             dead = letters | f"All{kind.title()}" >> beam.Flatten()
             counts.append(dead | f"Count{kind.title()}" >> beam.FlatMap(_count_dead, self.table))
-            shards.append(dead | f"Write{kind.title()}" >> WriteParquetTable(
+            _ = dead | f"Write{kind.title()}" >> WriteParquetTable(
                 FileSystems.join(self.output_dir, kind), dead_schema, prefix=self.table,
-                rows_per_shard=self.rows_per_shard, shard_by="record_key"))
-        counts.append(
-            shards[0] | "CountShards" >> beam.Map(lambda path_n, t: (("shard", t, path_n[0]), path_n[1]), self.table))
+                rows_per_shard=self.rows_per_shard, shard_by="record_key")
         return counts | "AllCounts" >> beam.Flatten()

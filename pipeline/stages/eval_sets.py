@@ -6,15 +6,16 @@ from collections import defaultdict
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.io.dead_letters import REJECTED, dead_letter
+from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
+from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb import eval_replace, eval_swap
 from pipeline.perturb.eval_replace import ReplaceTable, replace_hard_positive
 from pipeline.perturb.eval_swap import swap_hard_positive
 from pipeline.perturb.outcomes import Skip
-from pipeline.options import HardposOptions, UsageError
 from pipeline.sources import aro, vl_checklist
+from pipeline.sources.files import READ
 
 STAGE = "eval_sets"
 REPLACE, SWAP = "replace", "swap"  # table names: output folders <output_dir>/replace, <output_dir>/swap
@@ -130,11 +131,11 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
             make_rows, group = MakeSwapRows(), None
         read = pipeline | f"Read{table.title()}Source" >> source
         built = read["records"] | f"Make{table.title()}Rows" >> beam.ParDo(make_rows).with_outputs(
-            "rejected", "discarded", main="rows")
-        rejected = (read[REJECTED], built.rejected) | f"{table.title()}Rejected" >> beam.Flatten()
+            REJECTED, DISCARDED, main="rows")
+        rejected = (read[REJECTED], built[REJECTED]) | f"{table.title()}Rejected" >> beam.Flatten()
+        outputs = {"rows": built.rows, READ: read[READ], REJECTED: rejected, DISCARDED: built[DISCARDED]}
         counts.append(
-            {"rows": built.rows, "read": read["read"], REJECTED: rejected, "discarded": built.discarded}
-            | f"Write{table.title()}" >> WriteTableOutputs(
+            outputs | f"Write{table.title()}" >> WriteTableOutputs(
                 STAGE, table, SCHEMAS[table], opts.output_dir, opts.rows_per_shard, group=group))
     return counts | "AllTables" >> beam.Flatten()
 
