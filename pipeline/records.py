@@ -12,3 +12,10 @@ def record_key(source_file: str, source_index: int) -> str:
 def example_id(source: str, key: str) -> str:
     """Hash of (source, record key): 16 hex digits, stable across runs, machines and shardings."""
     return hashlib.sha256(f"{source}\x1f{key}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def identity(source: str, source_file: str, index: int) -> dict:
+    """The provenance columns every normalised record starts with."""
+    key = record_key(source_file, index)
+    return {"example_id": example_id(source, key), "source": source, "source_file": source_file,
+            "source_index": index}

@@ -5,9 +5,8 @@ import math
 import posixpath
 
 from pipeline.perturb.outcomes import Reject
-from pipeline.perturb.text import has_surrogates
-from pipeline.records import example_id, record_key
-from pipeline.sources.files import ReadJsonRecords, read_json_list, require_file
+from pipeline.records import identity
+from pipeline.sources.files import ReadJsonRecords, read_json_list, require_file, require_text
 from pipeline.sources.vl_checklist import image_id_from_path
 
 SOURCE = "aro_vga"
@@ -23,13 +22,7 @@ def _text(raw: dict, field: str, required: bool = True) -> str | None:
     value = raw.get(field)
     if value is None and not required:
         return None
-    if not isinstance(value, str):
-        raise Reject(f"bad_{field}", f"{field} must be a string, got {value!r:.80}")
-    if not value.strip():
-        raise Reject("empty_caption" if field.endswith("caption") else f"bad_{field}", f"{field} is empty")
-    if has_surrogates(value):
-        raise Reject("invalid_utf8", f"{field} has bytes that are not UTF-8")
-    return value
+    return require_text(value, field, "empty_caption" if field.endswith("caption") else None)
 
 
 def _number(raw: dict, field: str) -> float:
@@ -62,17 +55,11 @@ def normalise(raw, source_file: str, index: int) -> dict:
     if bbox["bbox_w"] <= 0 or bbox["bbox_h"] <= 0:
         raise Reject("bad_bbox", f"empty box {bbox['bbox_w']}x{bbox['bbox_h']}")
     attributes = raw.get("attributes")
-    if (not isinstance(attributes, list) or len(attributes) != 2
-            or not all(isinstance(a, str) and a.strip() for a in attributes)):
+    if not isinstance(attributes, list) or len(attributes) != 2:
         raise Reject("bad_attributes", f"expected two attribute strings, got {attributes!r:.80}")
-    if any(has_surrogates(a) for a in attributes):
-        raise Reject("invalid_utf8", "attributes have bytes that are not UTF-8")
-    key = record_key(source_file, index)
+    attributes = [require_text(a, "attributes") for a in attributes]
     return {
-        "example_id": example_id(SOURCE, key),
-        "source": SOURCE,
-        "source_file": source_file,
-        "source_index": index,
+        **identity(SOURCE, source_file, index),
         "image_path": image_path,
         "image_id": _image_id(raw, image_path),
         **bbox,

@@ -8,6 +8,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import REJECTED, dead_letter
 from pipeline.perturb.outcomes import Reject
+from pipeline.perturb.text import has_surrogates
 
 READ = "read"
 
@@ -38,6 +39,17 @@ def read_json_list(path: str) -> list:
     if not isinstance(data, list):
         raise InputFileError(f"{path}: expected a JSON list of records, found a JSON {type(data).__name__}")
     return data
+
+
+def require_text(value, name: str, empty_reason: str | None = None) -> str:
+    """A non-blank string without undecodable bytes, else Reject: bad_<name>, empty_reason, invalid_utf8."""
+    if not isinstance(value, str):
+        raise Reject(f"bad_{name}", f"{name} must be a string, got {value!r:.80}")
+    if not value.strip():
+        raise Reject(empty_reason or f"bad_{name}", f"{name} is empty")
+    if has_surrogates(value):
+        raise Reject("invalid_utf8", f"{name} has bytes that are not UTF-8")
+    return value
 
 
 def require_file(path: str) -> None:

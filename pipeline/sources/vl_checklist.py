@@ -7,9 +7,8 @@ import re
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.perturb.outcomes import Reject
-from pipeline.perturb.text import has_surrogates
-from pipeline.records import example_id, record_key
-from pipeline.sources.files import InputFileError, ReadJsonRecords, read_json_list, require_file
+from pipeline.records import identity
+from pipeline.sources.files import InputFileError, ReadJsonRecords, read_json_list, require_file, require_text
 
 SOURCE = "vl_checklist"
 # (subset, category) -> file relative to the VL-CheckList root.
@@ -44,12 +43,7 @@ def _caption(captions: dict, side: str) -> str:
     value = captions.get(side)
     if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], str):
         raise Reject("bad_captions", f"{side} must be a list of one caption, got {value!r:.80}")
-    caption = value[0]
-    if not caption.strip():
-        raise Reject("empty_caption", side)
-    if has_surrogates(caption):
-        raise Reject("invalid_utf8", f"{side} caption has bytes that are not UTF-8")
-    return caption
+    return require_text(value[0], f"{side} caption", empty_reason="empty_caption")
 
 
 def normalise(raw, source_file: str, index: int, subset: str, category: str) -> dict:
@@ -58,18 +52,11 @@ def normalise(raw, source_file: str, index: int, subset: str, category: str) -> 
         got = f"a list of {len(raw)}" if isinstance(raw, (list, tuple)) else f"a JSON {type(raw).__name__}"
         raise Reject("not_a_pair", f"expected [image_path, {{POS, NEG}}], got {got}")
     image_path, captions = raw
-    if not isinstance(image_path, str) or not image_path.strip():
-        raise Reject("bad_image_path", f"{image_path!r:.80}")
-    if has_surrogates(image_path):
-        raise Reject("invalid_utf8", "image path has bytes that are not UTF-8")
+    require_text(image_path, "image_path")
     if not isinstance(captions, dict):
         raise Reject("bad_captions", f"expected {{POS, NEG}}, got a JSON {type(captions).__name__}")
-    key = record_key(source_file, index)
     return {
-        "example_id": example_id(SOURCE, key),
-        "source": SOURCE,
-        "source_file": source_file,
-        "source_index": index,
+        **identity(SOURCE, source_file, index),
         "subset": subset,
         "category": category,
         "image_path": image_path,
