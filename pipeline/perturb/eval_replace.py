@@ -91,9 +91,8 @@ def _changed_block(caption: list[Token], negative: list[Token]) -> tuple[int, in
     return blocks[0]
 
 
-def _occurrences(tokens: list[Token], pair: Pair) -> list[int]:
+def _occurrences(norms: list[str], pair: Pair) -> list[int]:
     n = len(pair.source_words)
-    norms = [t.norm for t in tokens]
     return [i for i in range(len(norms) - n + 1) if tuple(norms[i:i + n]) == pair.source_words]
 
 
@@ -111,10 +110,10 @@ def replace_hard_positive(
 
     # The key must overlap what the negative changed: "white clouds in blue sky" vs "... green sky"
     # replaces "blue", never the first "white".
-    hits = []
+    norms, hits = [t.norm for t in c_tokens], []
     for pair in sorted(pairs, key=lambda p: -len(p.source_words)):  # "on top of" before a key inside it
         n = len(pair.source_words)
-        hits += [(pair, k) for k in _occurrences(c_tokens, pair) if k < i2 and k + n > i1]
+        hits += [(pair, k) for k in _occurrences(norms, pair) if k < i2 and k + n > i1]
     if not hits:
         changed = " ".join(t.text for t in c_tokens[i1:i2])
         raise Discard("changed_words_not_in_table", changed)
@@ -129,7 +128,7 @@ def replace_hard_positive(
         leftover = [t.text for t in c_tokens[i1:k] + c_tokens[end:i2] if t.norm not in table.phrase_words]
         if leftover:
             raise Discard("changed_span_has_other_words", f"{pair.source!r} with {' '.join(leftover)!r}")
-    following = tuple(t.norm for t in c_tokens[end:])
+    following = tuple(norms[end:])
     for continuation in table.fixed_phrases.get(pair.source, []):
         if following[: len(continuation)] == continuation:
             raise Discard("key_starts_other_phrase", f"{pair.source} {' '.join(continuation)}")
