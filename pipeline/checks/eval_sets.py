@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import glob
-import json
 import os
 import sys
 from collections import Counter, defaultdict
@@ -22,7 +21,8 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-from pipeline.io.report import REPORT_FILE
+from pipeline.io.parquet import shard_pattern
+from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.text import indefinite_article, words
 from pipeline.sources import vl_checklist
 from pipeline.sources.files import read_json_list
@@ -30,9 +30,9 @@ from pipeline.sources.files import read_json_list
 DETERMINERS = {"the", "a", "an"}
 
 
-def _rows(folder: str) -> list[dict]:
+def _read_parquet(pattern: str) -> list[dict]:
     rows = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
+    for path in sorted(glob.glob(pattern)):
         rows += pq.read_table(path).to_pylist()
     return rows
 
@@ -43,11 +43,12 @@ def _changed_spans(a: list[str], b: list[str]) -> list[tuple]:
 
 
 def check_replace_row(row: dict) -> list[str]:
-    c, c_n, c_p = row["caption"], row["hard_negative"], row["hard_positive"]
+    c, c_p = row["caption"], row["hard_positive"]
+    c_words, n_words, p_words = words(c), words(row["hard_negative"]), words(c_p)
     problems = []
-    if words(c_p) == words(c) or c_p == c:
+    if p_words == c_words or c_p == c:
         problems.append("hard positive equals caption")
-    if words(c_p) == words(c_n):
+    if p_words == n_words:
         problems.append("hard positive equals hard negative")
     if row["category"] == "material":
         problems.append("material row")
@@ -55,16 +56,15 @@ def check_replace_row(row: dict) -> list[str]:
     if c[start:start + len(original)] != original or \
             c_p != c[:start] + row["positive_span"] + c[start + len(original):]:
         problems.append("hard positive is not the caption with original_span replaced by positive_span")
-    spans = _changed_spans(words(c), words(c_p))
+    spans = _changed_spans(c_words, p_words)
     if len(spans) != 1:
         problems.append(f"hard positive differs from caption in {len(spans)} spans")
     phrase = words(row["replaced_to"])
-    allowed = set(words(c)) | set(phrase)
+    allowed = set(c_words) | set(phrase)
     article = indefinite_article(row["replaced_to"])
-    positive_words = words(c_p)
-    for i, w in enumerate(positive_words):
+    for i, w in enumerate(p_words):
         # The one word allowed besides: the article the replacement needs, right before it ("an ivory").
-        if w not in allowed and not (w == article and positive_words[i + 1:i + 1 + len(phrase)] == phrase):
+        if w not in allowed and not (w == article and p_words[i + 1:i + 1 + len(phrase)] == phrase):
             problems.append(f"word {w!r} is in neither the caption nor the replacement phrase")
     return problems
 
@@ -83,19 +83,19 @@ def _phrase_reading(caption_words: list[str], attributes: list[str], objects: li
 
 
 def check_swap_row(row: dict) -> list[str]:
-    c, c_n, c_p = row["caption"], row["hard_negative"], row["hard_positive"]
+    c_words, n_words, p_words = words(row["caption"]), words(row["hard_negative"]), words(row["hard_positive"])
     problems = []
-    if Counter(words(c_p)) != Counter(words(c)):
+    if Counter(p_words) != Counter(c_words):
         problems.append("hard positive does not have the caption's multiset of words")
-    if words(c_p) == words(c):
+    if p_words == c_words:
         problems.append("hard positive equals caption")
-    if words(c_p) == words(c_n):
+    if p_words == n_words:
         problems.append("hard positive equals hard negative")
     attrs, objs = list(row["attributes"]), list(row["objects"])
-    dets = _phrase_reading(words(c), attrs, objs)
+    dets = _phrase_reading(c_words, attrs, objs)
     if dets is None:
         problems.append("caption does not read '<det> a1 o1 and <det> a2 o2' with the row's attributes/objects")
-    elif _phrase_reading(words(c_p), attrs[::-1], objs[::-1]) != dets[::-1]:
+    elif _phrase_reading(p_words, attrs[::-1], objs[::-1]) != dets[::-1]:
         problems.append("hard positive is not '<det> a2 o2 and <det> a1 o1' (pairs kept, order reversed)")
     return problems
 
@@ -120,7 +120,7 @@ def check_accounting(output_dir: str, table: str, rows: list[dict], report: dict
     for row in rows:
         on_disk[row["source_file"]]["rows"] += 1
     for kind in (REJECTED, DISCARDED):
-        for letter in _rows_matching(os.path.join(output_dir, kind), table):
+        for letter in _read_parquet(shard_pattern(os.path.join(output_dir, kind), table)):
             on_disk[letter["source_file"]][kind] += 1
             if not letter["reason"]:
                 on_disk[letter["source_file"]]["no_reason"] += 1
@@ -138,22 +138,15 @@ def check_accounting(output_dir: str, table: str, rows: list[dict], report: dict
     return problems
 
 
-def _rows_matching(folder: str, prefix: str) -> list[dict]:
-    rows = []
-    for path in sorted(glob.glob(os.path.join(folder, f"{prefix}-*.parquet"))):
-        rows += pq.read_table(path).to_pylist()
-    return rows
-
-
 def check_output(output_dir: str, vl_checklist_root: str | None = None) -> tuple[dict, list[str]]:
     """(rows checked per table, violations) for an eval_sets output folder."""
-    with open(os.path.join(output_dir, REPORT_FILE)) as f:
-        report = json.load(f)
+    report = read_json(os.path.join(output_dir, REPORT_FILE))
     checked, problems = {}, []
     for table, check in (("replace", check_replace_row), ("swap", check_swap_row)):
         if table not in report["tables"]:
             continue
-        rows = _rows(os.path.join(output_dir, table))
+        # Every Parquet file in the table folder, shard-named or not: a stray file would load with the table.
+        rows = _read_parquet(os.path.join(output_dir, table, "*.parquet"))
         checked[table] = len(rows)
         for row in rows:
             problems += [f"{table} {row['source_file']}:{row['source_index']}: {p}" for p in check(row)]
