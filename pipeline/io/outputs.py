@@ -55,7 +55,8 @@ def owned_paths(output_dir: str, table: str) -> list[str]:
 class WriteTableOutputs(beam.PTransform):
     """Rows, dead letters and read counts of one table -> Parquet files; outputs (count key, n) for the report.
 
-    Input: {"rows", "read" (file, records in file), "rejected", "discarded"}, one PCollection each.
+    Input: {"rows", "read" (file, records in file), "rejected", "discarded"}, one PCollection each, and
+    optionally "emitted" (the source_file of each record that gave rows) where a record gives several rows.
     Writes <output_dir>/<table>/<split>-*.parquet against schemas/<schema>.json and
     <output_dir>/{rejected,discarded}/<table>-*.parquet against schemas/dead_letters.json.
     """
@@ -78,6 +79,9 @@ class WriteTableOutputs(beam.PTransform):
             checked.rows | "CountRows" >> beam.FlatMap(_count_rows, self.table, self.group),
             written | "CountShards" >> beam.Map(lambda path_n, t: (("shard", t, path_n[0]), path_n[1]), self.table),
         ]
+        if "emitted" in inputs:
+            counts.append(
+                inputs["emitted"] | "CountEmitted" >> beam.Map(lambda f, t: (("emitted", t, f), 1), self.table))
         dead_schema = load_schema(DEAD_LETTER_SCHEMA)
         for kind, letters in ((REJECTED, (inputs[REJECTED], checked[REJECTED])), (DISCARDED, (inputs[DISCARDED],))):
             dead = letters | f"All{kind.title()}" >> beam.Flatten()

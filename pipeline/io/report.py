@@ -3,10 +3,11 @@
 Every count is a key tuple in one of these forms (t = table name):
   ("read", t, file)                  records read from an input file
   ("rows", t, file)                  rows that passed the schema check and went to the sink
+  ("emitted", t, file)               records that gave rows, where one record can give several rows
   ("dead", t, file, kind, reason)    dead letters: kind is rejected or discarded
   ("group", t, *group)               rows per breakdown group (e.g. subset, category, replaced pair)
   ("shard", t, path)                 rows the sink wrote to one Parquet file
-so that read = rows + discarded + rejected can be checked per file from independent counts.
+so that read = rows (or emitted) + discarded + rejected can be checked per file from independent counts.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class SumCounts(beam.CombineFn):
 
 def table_report(table: str, counts: dict, groups: list[str], expected_groups: list[tuple] = ()) -> dict:
     """The report section of one table. `groups` names the fields of its ("group", ...) keys."""
-    files = defaultdict(lambda: {"read": 0, "rows": 0, DISCARDED: 0, REJECTED: 0})
+    files = defaultdict(lambda: {"read": 0, "rows": 0, "emitted": 0, DISCARDED: 0, REJECTED: 0})
+    per_record = any(k[0] == "emitted" and k[1] == table for k in counts)
     reasons = {DISCARDED: Counter(), REJECTED: Counter()}
     grouped = Counter({tuple(g): 0 for g in expected_groups})
     shards = {}
@@ -52,7 +54,7 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
         kind, name, rest = key[0], key[1], key[2:]
         if name != table:
             continue
-        if kind in ("read", "rows"):
+        if kind in ("read", "rows", "emitted"):
             files[rest[0]][kind] += n
         elif kind == "dead":
             file, dead_kind, reason = rest
@@ -62,9 +64,12 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
             grouped[rest] += n
         elif kind == "shard":
             shards[rest[0]] = n
+    out = "emitted" if per_record else "rows"
     for stats in files.values():
-        stats["balanced"] = stats["read"] == stats["rows"] + stats[DISCARDED] + stats[REJECTED]
-    totals = {k: sum(f[k] for f in files.values()) for k in ("read", "rows", DISCARDED, REJECTED)}
+        if not per_record:
+            del stats["emitted"]
+        stats["balanced"] = stats["read"] == stats[out] + stats[DISCARDED] + stats[REJECTED]
+    totals = {k: sum(f[k] for f in files.values()) for k in ("read", "rows", out, DISCARDED, REJECTED)}
     written = sum(shards.values())
     return {
         **totals,
@@ -91,11 +96,11 @@ def read_json(path: str):
 def format_summary(report: dict) -> str:
     """The table printed at the end of a run."""
     lines = [f"stage {report['stage']}: {report['output_dir']}"]
-    header = f"{'table':<10} {'read':>8} {'rows':>8} {'discarded':>10} {'rejected':>9}  balanced"
+    header = f"{'table':<16} {'read':>8} {'emitted':>8} {'rows':>8} {'discarded':>10} {'rejected':>9}  balanced"
     lines += [header, "-" * len(header)]
     for name, t in report["tables"].items():
-        lines.append(f"{name:<10} {t['read']:>8} {t['rows']:>8} {t[DISCARDED]:>10} {t[REJECTED]:>9}  "
-                     f"{'yes' if t['balanced'] else 'NO'}")
+        lines.append(f"{name:<16} {t['read']:>8} {t.get('emitted', t['rows']):>8} {t['rows']:>8} {t[DISCARDED]:>10} "
+                     f"{t[REJECTED]:>9}  {'yes' if t['balanced'] else 'NO'}")
     for name, t in report["tables"].items():
         for kind in ("discard_reasons", "reject_reasons"):
             if t[kind]:

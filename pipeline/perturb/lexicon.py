@@ -1,0 +1,140 @@
+"""Word-level WordNet lookups for the REPLACE hard negatives, cached per word.
+
+A replacement for a word is an antonym or a co-hyponym (a sibling under a shared hypernym, or a cousin
+two levels up when the siblings are all rare) that:
+- is a common word: its WordNet tag count (SemCor frequency over all its senses) is at least MIN_COUNT,
+  and candidates are ranked by that count ("mastodon" never replaces "elephant");
+- means the same kind of thing: its most frequent sense is in the same lexicographer file as the sense
+  of the original it was reached from (noun.animal for "dog", never "head" through a rare sense);
+- is never a synonym: it shares no synset, in any part of speech, with the original, and is not a
+  hypernym or hyponym of the original's senses ("dog" -> "animal" or "puppy" is not a negative).
+Only the original's dominant senses are followed (WordNet lists senses by frequency).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+NOUN, VERB, ADJ = "n", "v", "a"
+MIN_COUNT = 2
+MAX_CANDIDATES = 8
+# Colours are adjectives in captions and nouns in WordNet's taxonomy: co-hyponyms of "chromatic color"
+# and "achromatic color", listed here as their adjective forms.
+COLOURS = ("black", "white", "red", "blue", "green", "yellow", "orange", "pink", "purple", "brown", "gray",
+           "silver", "gold")
+# Words that name a relation, a frame or a quantity rather than a thing in the picture.
+NOT_REPLACED = frozenset("""
+top front side back middle bottom lot lots couple group bunch pair piece kind type sort variety number
+view picture image photo photograph shot closeup close background foreground area way edge corner end part
+line row set one other thing things something it day time while many several few same different various
+people person
+be have do get go make let take look appear seem include contain show feature""".split())
+# Verbs too general to be a meaningful replacement.
+GENERIC_VERBS = frozenset("be have do get go make let take give put become seem".split())
+# Never generated: slurs and sexual terms WordNet lists as co-hyponyms of everyday words ("girl").
+BLOCKED = frozenset("whore prostitute slut bitch bastard mistress harlot hooker wench tart".split())
+# WordNet's people are mostly roles a photo cannot show or that overlap ("liberal", "host", "skier" for a
+# man): a person is replaced only between these, which a photo tells apart.
+PERSON_WORDS = ("man", "woman", "boy", "girl", "baby")
+# Noun senses a photo can show; a word's visual senses are preferred over more frequent abstract ones
+# ("table" the furniture, not the data table).
+VISUAL_LEXNAMES = frozenset(f"noun.{n}" for n in
+                            "artifact animal person food plant object body substance location".split())
+
+
+class Lexicon:
+    """Cached WordNet lookups; one per worker (the reader takes a few seconds to load)."""
+
+    def __init__(self, wordnet):
+        self.wn = wordnet
+        # Bounded by the vocabulary, not by the input size.
+        self.lemma = lru_cache(maxsize=200_000)(self._lemma)
+        self.count = lru_cache(maxsize=200_000)(self._count)
+        self.synsets = lru_cache(maxsize=200_000)(self._synsets)
+        self.replacements = lru_cache(maxsize=100_000)(self._replacements)
+
+    def _lemma(self, word: str, pos: str) -> str | None:
+        return self.wn.morphy(word.lower(), pos)
+
+    def _count(self, lemma: str, pos: str) -> int:
+        return sum(lem.count() for lem in self.wn.lemmas(lemma, pos))
+
+    def _synsets(self, word: str) -> frozenset[str]:
+        """Every synset of the word in any part of speech, found as NLTK finds them (through morphy)."""
+        return frozenset(s.name() for s in self.wn.synsets(word.lower()))
+
+    def shares_synset(self, a: str, b: str) -> bool:
+        return bool(self.synsets(a) & self.synsets(b))
+
+    def _dominant_senses(self, lemma: str, pos: str) -> list:
+        senses = [s for s in self.wn.synsets(lemma, pos) if lemma in s.lemma_names()]
+        if not senses:
+            return []
+        if pos == NOUN:  # a word's visual senses first ("table" the furniture, not the data table)
+            visual = [s for s in senses[:3] if s.lexname() in VISUAL_LEXNAMES]
+            senses = visual or senses
+        counts = [sum(lem.count() for lem in s.lemmas() if lem.name() == lemma) for s in senses]
+        top = max(counts[0], 1)
+        # The first sense always; later ones only where about as frequent as the first.
+        return [senses[0]] + [s for s, c in zip(senses[1:3], counts[1:3], strict=True) if c * 2 >= top and c > 0]
+
+    def _replacements(self, lemma: str, pos: str) -> tuple[str, ...]:
+        """Ranked replacement lemmas for `lemma` (same part of speech), most common first."""
+        if lemma in NOT_REPLACED:
+            return ()
+        if pos == ADJ and lemma in COLOURS:
+            return tuple(c for c in COLOURS if c != lemma and not self.shares_synset(c, lemma))
+        senses = self._dominant_senses(lemma, pos)
+        if not senses:
+            return ()
+        related = set()  # hypernyms and hyponyms of the original: never a negative
+        for s in senses:
+            related.update(s.closure(lambda x: x.hypernyms() + x.instance_hypernyms()))
+            related.update(s.closure(lambda x: x.hyponyms() + x.instance_hyponyms(), depth=3))
+        lexnames = {s.lexname() for s in senses}
+        if "noun.person" in lexnames:
+            return tuple(w for w in PERSON_WORDS if w != lemma) if lemma in PERSON_WORDS else ()
+        antonyms, siblings, cousins = [], [], []
+        for s in senses:
+            for lem in s.lemmas():
+                antonyms.extend((a.name(), None) for a in lem.antonyms())
+            if pos == ADJ:  # indirect antonyms through the adjective cluster ("huge" ~ "large" <-> "small")
+                for similar in s.similar_tos():
+                    for lem in similar.lemmas():
+                        antonyms.extend((a.name(), None) for a in lem.antonyms())
+                continue
+            for parent in s.hypernyms() + s.instance_hypernyms():
+                for sibling in parent.hyponyms() + parent.instance_hyponyms():
+                    if sibling not in senses and sibling not in related:
+                        siblings.extend((w, sibling) for w in sibling.lemma_names())
+                for grandparent in parent.hypernyms():
+                    for uncle in grandparent.hyponyms():
+                        if uncle == parent or uncle in related:
+                            continue
+                        for cousin in uncle.hyponyms():
+                            if cousin not in related:
+                                cousins.extend((w, cousin) for w in cousin.lemma_names())
+        ranked = []
+        for pool in (antonyms, siblings, cousins):
+            good = {w for w, reached in pool if self._acceptable(w, reached, lemma, pos, lexnames, related)}
+            ranked.extend(sorted(good - set(ranked), key=lambda w: (-self.count(w, pos), w)))
+            if len(ranked) >= 3:  # cousins only when antonyms and siblings give too few
+                break
+        return tuple(ranked[:MAX_CANDIDATES])
+
+    def _acceptable(self, word: str, reached, original: str, pos: str, lexnames: set, related: set) -> bool:
+        if not word.isalpha() or not word.islower() or word == original or word in BLOCKED:
+            return False
+        if self.lemma(word, pos) != word:  # an inflected form listed as a lemma ("marbles")
+            return False
+        if pos == VERB and word in GENERIC_VERBS:
+            return False
+        if word in NOT_REPLACED or self.count(word, pos) < MIN_COUNT:
+            return False
+        own = self.wn.synsets(word, pos)
+        if not own or own[0] in related:
+            return False
+        if pos != ADJ and own[0].lexname() not in lexnames:
+            return False
+        if reached is not None and reached not in own[:2]:  # reached through a rare sense of the word
+            return False
+        return not self.shares_synset(word, original)

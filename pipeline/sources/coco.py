@@ -1,0 +1,122 @@
+"""COCO captions files (`captions_train2017.json`, `captions_val2017.json`): captions joined to their images.
+
+The file is one JSON object with `images` (id, file_name, coco_url, ...) and `annotations` (id, image_id,
+caption). The caption annotation id is the stable key: a caption's example_id, and so its seeds, do not
+depend on where it sits in the file. Its dead letters carry the annotation id as source_index.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+
+import apache_beam as beam
+
+from pipeline.io.dead_letters import REJECTED, dead_letter
+from pipeline.perturb.outcomes import Reject
+from pipeline.records import example_id
+from pipeline.sources.files import READ, InputFileError, read_text, require_file, require_text
+
+SOURCE = "coco"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def load_captions_file(path: str) -> tuple[list, list]:
+    """(images, annotations) of a COCO captions file, or InputFileError naming what is wrong."""
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = "; the file looks truncated" if e.pos >= len(text.rstrip()) else ""
+        raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
+    if not isinstance(data, dict):
+        raise InputFileError(f"{path}: expected a COCO captions object, found a JSON {type(data).__name__}")
+    for field in ("images", "annotations"):
+        if not isinstance(data.get(field), list):
+            raise InputFileError(f"{path}: not a COCO captions file (no '{field}' list)")
+    return data["images"], data["annotations"]
+
+
+def check_file(path: str) -> None:
+    require_file(path)
+    load_captions_file(path)
+
+
+def image_index(images: list) -> dict[int, dict]:
+    """image id -> {file_name, image_url}; malformed image entries are left out (their captions are rejected)."""
+    index = {}
+    for image in images:
+        if isinstance(image, dict) and _is_int(image.get("id")) and isinstance(image.get("file_name"), str):
+            url = image.get("coco_url")
+            index[image["id"]] = {"file_name": image["file_name"], "image_url": url if isinstance(url, str) else None}
+    return index
+
+
+def normalise(raw, source_file: str, images: dict[int, dict]) -> dict:
+    if not isinstance(raw, dict):
+        raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
+    caption_id = raw.get("id")
+    if not _is_int(caption_id):
+        raise Reject("bad_id", f"caption annotation id must be an integer, got {caption_id!r:.40}")
+    image_id = raw.get("image_id")
+    if not _is_int(image_id):
+        raise Reject("bad_image_id", f"image_id must be an integer, got {image_id!r:.40}")
+    image = images.get(image_id)
+    if image is None:
+        raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")
+    caption = require_text(raw.get("caption"), "caption", "empty_caption").strip()
+    return {
+        "example_id": example_id(SOURCE, str(caption_id)),
+        "source": SOURCE,
+        "source_file": source_file,
+        "source_index": caption_id,
+        "caption_id": caption_id,
+        "image_id": image_id,
+        **image,
+        "caption": caption,
+    }
+
+
+class _ParseCaptions(beam.DoFn):
+    def __init__(self, stage: str, table: str):
+        self.stage, self.table = stage, table
+
+    def process(self, entry):
+        path, source_file = entry
+        images, annotations = load_captions_file(path)
+        index = image_index(images)
+        del images
+        yield beam.pvalue.TaggedOutput(READ, (source_file, len(annotations)))
+        seen = set()
+        for position, raw in enumerate(annotations):
+            try:
+                record = normalise(raw, source_file, index)
+                if record["caption_id"] in seen:
+                    raise Reject("duplicate_caption_id", f"caption id {record['caption_id']} appears again")
+                seen.add(record["caption_id"])
+                yield record
+            except Reject as skip:
+                key = raw.get("id") if isinstance(raw, dict) and _is_int(raw.get("id")) else position
+                yield beam.pvalue.TaggedOutput(
+                    REJECTED, dead_letter(self.stage, self.table, SOURCE, source_file, key, skip, raw))
+
+
+class ReadCocoCaptions(beam.PTransform):
+    """A COCO captions file -> {"records", "rejected", "read": (file, captions in file)}."""
+
+    def __init__(self, path: str, stage: str, table: str):
+        super().__init__()
+        self.path, self.stage, self.table = path, stage, table
+
+    def expand(self, pbegin):
+        source_file = posixpath.basename(self.path.replace("\\", "/"))
+        outputs = (
+            pbegin
+            | "File" >> beam.Create([(self.path, source_file)])
+            | "ParseCaptions" >> beam.ParDo(_ParseCaptions(self.stage, self.table))
+            .with_outputs(REJECTED, READ, main="records")
+        )
+        records = outputs.records | "Spread" >> beam.Reshuffle()
+        return {"records": records, REJECTED: outputs[REJECTED], READ: outputs[READ]}

@@ -1,0 +1,125 @@
+"""What the COCO-caption stages (train_negatives, order_eval) share: batched spaCy parsing in a DoFn whose
+heavy resources load once per worker, dead letters for captions with no output, and the samples file."""
+from __future__ import annotations
+
+import hashlib
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
+from pipeline.options import HardposOptions, UsageError
+from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
+from pipeline.perturb.outcomes import Skip
+from pipeline.sources import coco
+
+EMITTED = "emitted"
+
+
+class CaptionRowsFn(beam.DoFn):
+    """Batch of COCO records -> rows (main), EMITTED source_file per record with rows, dead letters.
+
+    Subclasses set `stage`, `table` and implement rows(record, doc) -> list of rows, raising Skip.
+    """
+
+    stage = table = ""
+
+    def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int):
+        self.negative_types = negative_types
+        self.spacy_model = spacy_model
+        self.batch_size = batch_size
+
+    def setup(self):
+        self.nlp = load_spacy(self.negative_types, self.spacy_model)
+        self.generators = Generators.load(self.negative_types)
+        self.row_counter = Metrics.counter(f"{self.stage}.{self.table}", "rows")
+        self.caption_counter = Metrics.counter(f"{self.stage}.{self.table}", "captions")
+
+    def rows(self, record: dict, doc) -> list[dict]:
+        raise NotImplementedError
+
+    def process(self, batch):
+        docs = self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size)
+        for record, doc in zip(batch, docs, strict=True):
+            self.caption_counter.inc()
+            try:
+                rows = self.rows(record, doc)
+            except Skip as skip:
+                Metrics.counter(f"{self.stage}.{self.table}", skip.reason).inc()
+                yield beam.pvalue.TaggedOutput(skip.kind, dead_letter(
+                    self.stage, self.table, record["source"], record["source_file"], record["source_index"], skip,
+                    record))
+                continue
+            yield beam.pvalue.TaggedOutput(EMITTED, record["source_file"])
+            self.row_counter.inc(len(rows))
+            yield from rows
+
+
+def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
+    if not opts.coco_captions:
+        raise UsageError(f"--stage={opts.stage} needs --coco_captions=FILE (a COCO captions JSON)")
+    try:
+        check_resources(negative_types, opts.spacy_model)
+    except ResourceMissing as e:
+        raise UsageError(str(e)) from None
+    coco.check_file(opts.coco_captions)
+
+
+def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn):
+    """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes."""
+    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table)
+    built = (
+        read["records"]
+        | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size, max_batch_size=opts.nlp_batch_size * 4)
+        | "ParseAndGenerate" >> beam.ParDo(fn).with_outputs(REJECTED, DISCARDED, EMITTED, main="rows")
+    )
+    rejected = (read[REJECTED], built[REJECTED]) | "AllRejected" >> beam.Flatten()
+    return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: built[DISCARDED],
+            EMITTED: built[EMITTED]}
+
+
+def sample_key(seed: int, row: dict) -> str:
+    """A row's place in the random sample: a hash, so the sample does not depend on worker order."""
+    text = f"{seed}\x1f{row['example_id']}\x1f{row.get('negative_index', 0)}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def samples_markdown(title: str, groups: list[tuple[str, list[dict]]], columns: list[str], seed: int) -> str:
+    lines = [f"# {title}", "", f"Up to 100 rows per type, chosen by a hash of (seed={seed}, example id).", ""]
+    for name, rows in sorted(groups):
+        rows = sorted(rows, key=lambda r: sample_key(seed, r))
+        lines += [f"## {name} ({len(rows)})", "", "| # | " + " | ".join(columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        lines += [f"| {i} | " + " | ".join(_cell(str(r[c])) for c in columns) + " |" for i, r in enumerate(rows, 1)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+class WriteSamples(beam.PTransform):
+    """Rows -> <path>: a markdown file of up to `per_group` hashed-random rows per group, for reading."""
+
+    def __init__(self, path: str, title: str, group_of, columns: list[str], seed: int, per_group: int = 100):
+        super().__init__()
+        self.path, self.title, self.group_of, self.columns = path, title, group_of, columns
+        self.seed, self.per_group = seed, per_group
+
+    def expand(self, rows):
+        seed = self.seed
+        return (
+            rows
+            | "ByGroup" >> beam.Map(lambda r, g: (g(r), r), self.group_of)
+            | "Sample" >> beam.combiners.Top.PerKey(self.per_group, key=lambda r: sample_key(seed, r))
+            | "AllGroups" >> beam.combiners.ToList()
+            | "Write" >> beam.Map(self._write)
+        )
+
+    def _write(self, groups):
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(self.path) as f:
+            f.write(samples_markdown(self.title, groups, self.columns, self.seed).encode("utf-8"))
+        return self.path

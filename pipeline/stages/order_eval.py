@@ -1,0 +1,61 @@
+"""Stage order_eval: ARO's COCO-Order style table, each caption with its four word-order perturbations.
+
+A caption for which one of the four cannot change the text (e.g. a single noun and adjective to shuffle) is
+discarded with the perturbation's name: an unchanged option would duplicate the correct answer.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.report import table_report
+from pipeline.options import HardposOptions
+from pipeline.perturb.generators import VERSION
+from pipeline.perturb.neg_order import ARO_ORDER
+from pipeline.perturb.outcomes import Discard
+from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
+
+STAGE = TABLE = "order_eval"
+SAMPLES_FILE = "order_eval_samples.md"
+
+
+class MakeOrderRows(CaptionRowsFn):
+    stage, table = STAGE, TABLE
+
+    def __init__(self, seed: int, spacy_model, batch_size: int):
+        super().__init__(list(ARO_ORDER), spacy_model, batch_size)
+        self.seed = seed
+
+    def rows(self, record, doc):
+        row = {k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
+                                      "source_file", "caption")}
+        for name in ARO_ORDER:
+            found = self.generators.generate(name, doc, self.seed, record["example_id"], 1)
+            if not found:
+                raise Discard(f"no_{name}", f"no word order of {name} differs from the caption")
+            row[name] = found[0][0].text
+        row.update({"generator": f"aro_order/{VERSION}", "seed": self.seed})
+        return [row]
+
+
+def tables(opts: HardposOptions) -> list[str]:
+    return [TABLE]
+
+
+def check_inputs(opts: HardposOptions) -> None:
+    check_coco(opts, list(ARO_ORDER))
+
+
+def build(pipeline: beam.Pipeline, opts: HardposOptions):
+    outputs = make_rows(pipeline, opts, STAGE, TABLE, MakeOrderRows(opts.seed, opts.spacy_model, opts.nlp_batch_size))
+    _ = outputs["rows"] | "WriteSamples" >> WriteSamples(
+        FileSystems.join(opts.output_dir, SAMPLES_FILE), "order_eval: random captions and their perturbations",
+        lambda r: "aro_order", ["caption", *ARO_ORDER], opts.seed)
+    return outputs | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard)
+
+
+def report_tables(counts: dict, opts: HardposOptions) -> dict:
+    section = table_report(TABLE, counts, [])
+    section.update({"samples_file": SAMPLES_FILE, "seed": opts.seed})
+    return {TABLE: section}
