@@ -46,17 +46,30 @@ class Lexicon:
 
     def __init__(self, wordnet):
         self.wn = wordnet
+        # SemCor tag counts by sense key, read once: NLTK's Lemma.count() binary-searches the file per call.
+        with wordnet.open("cntlist.rev") as f:
+            self.tag_counts = {key: int(n) for key, _, n in (line.split() for line in f.read().splitlines() if line)}
+        self.senses = lru_cache(maxsize=200_000)(self._senses)
+        self.ancestors = lru_cache(maxsize=200_000)(self._ancestors)
         # Bounded by the vocabulary, not by the input size.
         self.lemma = lru_cache(maxsize=200_000)(self._lemma)
         self.count = lru_cache(maxsize=200_000)(self._count)
         self.synsets = lru_cache(maxsize=200_000)(self._synsets)
         self.replacements = lru_cache(maxsize=100_000)(self._replacements)
+        self._dominant = lru_cache(maxsize=100_000)(lambda lemma, pos: tuple(self._dominant_senses(lemma, pos)))
 
     def _lemma(self, word: str, pos: str) -> str | None:
         return self.wn.morphy(word.lower(), pos)
 
     def _count(self, lemma: str, pos: str) -> int:
-        return sum(lem.count() for lem in self.wn.lemmas(lemma, pos))
+        return sum(self.tag_counts.get(lem.key(), 0) for lem in self.wn.lemmas(lemma, pos))
+
+    @staticmethod
+    def _ancestors(synset) -> frozenset:
+        return frozenset(synset.closure(lambda x: x.hypernyms() + x.instance_hypernyms()))
+
+    def _senses(self, word: str, pos: str) -> tuple:
+        return tuple(self.wn.synsets(word, pos))
 
     def _synsets(self, word: str) -> frozenset[str]:
         """Every synset of the word in any part of speech, found as NLTK finds them (through morphy)."""
@@ -72,7 +85,7 @@ class Lexicon:
         if pos == NOUN:  # a word's visual senses first ("table" the furniture, not the data table)
             visual = [s for s in senses[:3] if s.lexname() in VISUAL_LEXNAMES]
             senses = visual or senses
-        counts = [sum(lem.count() for lem in s.lemmas() if lem.name() == lemma) for s in senses]
+        counts = [sum(self.tag_counts.get(lem.key(), 0) for lem in s.lemmas() if lem.name() == lemma) for s in senses]
         top = max(counts[0], 1)
         # The first sense always; later ones only where about as frequent as the first.
         return [senses[0]] + [s for s, c in zip(senses[1:3], counts[1:3], strict=True) if c * 2 >= top and c > 0]
@@ -83,13 +96,12 @@ class Lexicon:
             return ()
         if pos == ADJ and lemma in COLOURS:
             return tuple(c for c in COLOURS if c != lemma and not self.shares_synset(c, lemma))
-        senses = self._dominant_senses(lemma, pos)
+        senses = self._dominant(lemma, pos)
         if not senses:
             return ()
-        related = set()  # hypernyms and hyponyms of the original: never a negative
+        related = set()  # hypernyms of the original (hyponyms are caught in _acceptable): never a negative
         for s in senses:
-            related.update(s.closure(lambda x: x.hypernyms() + x.instance_hypernyms()))
-            related.update(s.closure(lambda x: x.hyponyms() + x.instance_hyponyms(), depth=3))
+            related.update(self.ancestors(s))
         lexnames = {s.lexname() for s in senses}
         if "noun.person" in lexnames:
             return tuple(w for w in PERSON_WORDS if w != lemma) if lemma in PERSON_WORDS else ()
@@ -130,9 +142,9 @@ class Lexicon:
             return False
         if word in NOT_REPLACED or self.count(word, pos) < MIN_COUNT:
             return False
-        own = self.wn.synsets(word, pos)
-        if not own or own[0] in related:
-            return False
+        own = self.senses(word, pos)
+        if not own or own[0] in related or self.ancestors(own[0]) & set(self._dominant(original, pos)):
+            return False  # a hypernym or a hyponym of the original ("animal", "puppy" for "dog")
         if pos != ADJ and own[0].lexname() not in lexnames:
             return False
         if reached is not None and reached not in own[:2]:  # reached through a rare sense of the word

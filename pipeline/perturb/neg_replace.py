@@ -41,31 +41,35 @@ PREPOSITIONS = {
     ("down",): ("up",),
 }
 _LONGEST = max(len(k) for k in PREPOSITIONS)
+_FIRST_WORDS = frozenset(k[0] for k in PREPOSITIONS)
 ATOM_POS = {"NOUN": (NOUN, "object"), "ADJ": (ADJ, "attribute"), "VERB": (VERB, "relation")}
 STOP_ARTICLES = frozenset({"a", "an", "the"})
 
 
 def _preposition_atoms(doc) -> list[tuple[int, int, tuple[str, ...]]]:
+    lower = [t.lower_ for t in doc]
+    tags = [t.tag_ for t in doc]
     atoms, i = [], 0
-    while i < len(doc):
-        for size in range(_LONGEST, 0, -1):
-            key = tuple(t.lower_ for t in doc[i:i + size])
-            if len(key) == size and key in PREPOSITIONS:
+    while i < len(lower):
+        if lower[i] in _FIRST_WORDS:
+            for size in range(_LONGEST, 0, -1):
+                key = tuple(lower[i:i + size])
                 # A relation between two things: a preposition followed by its object ("on a table"),
                 # not a particle ("turned on"). The tagger tells them apart; no parse needed.
-                if doc[i + size - 1].tag_ in ("IN", "TO", "RB", "JJ") and _object_follows(doc, i + size):
-                    atoms.append((i, i + size, PREPOSITIONS[key]))
-                i += size - 1
-                break
+                if len(key) == size and key in PREPOSITIONS:
+                    if tags[i + size - 1] in ("IN", "TO", "RB", "JJ") and _object_follows(tags, i + size):
+                        atoms.append((i, i + size, PREPOSITIONS[key]))
+                    i += size - 1
+                    break
         i += 1
     return atoms
 
 
-def _object_follows(doc, i: int) -> bool:
-    for token in doc[i:i + 4]:
-        if token.tag_ in ("NN", "NNS", "NNP", "NNPS", "PRP", "CD"):
+def _object_follows(tags: list[str], i: int) -> bool:
+    for tag in tags[i:i + 4]:
+        if tag in ("NN", "NNS", "NNP", "NNPS", "PRP", "CD"):
             return True
-        if token.tag_ not in ("DT", "PRP$", "JJ", "JJR", "JJS", "RB", "VBN", "VBG", "POS"):
+        if tag not in ("DT", "PRP$", "JJ", "JJR", "JJS", "RB", "VBN", "VBG", "POS"):
             return False
     return False
 
@@ -76,6 +80,8 @@ def _word_atoms(doc, lexicon: Lexicon, inflector: Inflector, taken: set[int]):
         if token.i in taken or upos not in ATOM_POS or not token.is_alpha or token.is_stop:
             continue
         pos, atom = ATOM_POS[upos]
+        if pos == NOUN and token.i + 1 < len(doc) and doc[token.i + 1].tag_ in ("NN", "NNS"):
+            continue  # a compound's modifier ("dining room", "fire hydrant"): replacing it rarely reads
         if pos == ADJ and token.tag_ != "JJ":  # comparatives and superlatives do not inflect back
             continue
         lemma = lexicon.lemma(token.lower_, pos)

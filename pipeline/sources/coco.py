@@ -29,7 +29,8 @@ def load_captions_file(path: str) -> tuple[list, list]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        hint = "; the file looks truncated" if e.pos >= len(text.rstrip()) else ""
+        truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
+        hint = "; the file looks truncated" if truncated else ""
         raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a COCO captions object, found a JSON {type(data).__name__}")
