@@ -21,7 +21,6 @@ class Unit:
     text: str
     space: str          # whitespace after the unit in the caption
     tag: str            # Penn tag of the unit's last word token (its head in "t-shirt", "man's" aside)
-    pos: str
 
     @property
     def fixed(self) -> bool:
@@ -39,7 +38,7 @@ def units(doc) -> list[Unit]:
         words = [t for t in tokens if t.is_alpha] or list(tokens)
         head = words[0] if words[0].tag_ in ("NN", "NNS", "NNP", "NNPS") and len(words) > 1 and \
             words[-1].tag_ == "POS" else words[-1]
-        out.append(Unit(start, i + 1, tokens.text, token.whitespace_, head.tag_, head.pos_))
+        out.append(Unit(start, i + 1, tokens.text, token.whitespace_, head.tag_))
         start = i + 1
     return out
 

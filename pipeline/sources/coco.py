@@ -6,7 +6,6 @@ depend on where it sits in the file. Its dead letters carry the annotation id as
 """
 from __future__ import annotations
 
-import json
 import posixpath
 
 import apache_beam as beam
@@ -14,7 +13,7 @@ import apache_beam as beam
 from pipeline.io.dead_letters import REJECTED, dead_letter
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import example_id
-from pipeline.sources.files import READ, InputFileError, read_text, require_file, require_text
+from pipeline.sources.files import READ, InputFileError, read_json, require_file, require_text
 
 SOURCE = "coco"
 
@@ -25,13 +24,7 @@ def _is_int(value) -> bool:
 
 def load_captions_file(path: str) -> tuple[list, list]:
     """(images, annotations) of a COCO captions file, or InputFileError naming what is wrong."""
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
-        hint = "; the file looks truncated" if truncated else ""
-        raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
+    data = read_json(path)
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a COCO captions object, found a JSON {type(data).__name__}")
     for field in ("images", "annotations"):

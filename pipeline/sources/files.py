@@ -27,15 +27,20 @@ def read_text(path: str) -> str:
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
-def read_json_list(path: str) -> list:
+def read_json(path: str):
+    """The file's JSON value, or InputFileError naming the path, the position and whether it looks truncated."""
     text = read_text(path)
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         # An unterminated string or an error at the very end means the input stopped mid-record.
         truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
         hint = "; the file looks truncated" if truncated else ""
         raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
+
+
+def read_json_list(path: str) -> list:
+    data = read_json(path)
     if not isinstance(data, list):
         raise InputFileError(f"{path}: expected a JSON list of records, found a JSON {type(data).__name__}")
     return data
