@@ -357,6 +357,37 @@ def test_batch_size_does_not_change_the_negatives(nlp, gens):
 
 # --- inflection and WordNet ------------------------------------------------------------------------------
 
+# --- lexicon shortcuts ----------------------------------------------------------------------------------
+
+def test_lemma_counts_sum_the_sense_keys_of_that_part_of_speech(gens):
+    lexicon = gens.lexicon
+    with lexicon.wn.open("cntlist.rev") as f:
+        lines = [line.split() for line in f.read().splitlines() if line]
+    dog_nouns = sum(int(n) for key, _, n in lines if key.startswith("dog%1:"))
+    assert dog_nouns > 0 and lexicon.count("dog", NOUN) == dog_nouns
+    # Adjective satellites (type 5) count as adjectives; verbs are apart.
+    small = sum(int(n) for key, _, n in lines if key.split("%")[0] == "small" and key.split("%")[1][0] in "35")
+    assert lexicon.count("small", "a") == small > 0
+    assert lexicon.count("no_such_word", NOUN) == 0
+
+
+class _Everything:
+    def __contains__(self, item):
+        return True
+
+
+@pytest.mark.parametrize("lemma,pos", [("dog", "n"), ("table", "n"), ("elephant", "n"), ("pizza", "n"),
+                                       ("ride", "v"), ("walk", "v"), ("eat", "v"), ("sit", "v")])
+def test_common_synset_filter_never_changes_the_replacements(gens, lemma, pos):
+    from pipeline.perturb.lexicon import Lexicon
+
+    unfiltered = Lexicon(gens.lexicon.wn)
+    unfiltered.common_synsets = _Everything()  # every sibling and cousin synset loaded, as without the filter
+    expected = unfiltered.replacements(lemma, pos)
+    assert expected, (lemma, pos)
+    assert gens.lexicon.replacements(lemma, pos) == expected
+
+
 @pytest.mark.parametrize("word,expected", [("knife", "knives"), ("woman", "women"), ("dog", "dogs"),
                                            ("box", "boxes"), ("city", "cities"), ("child", "children")])
 def test_plural(gens, word, expected):

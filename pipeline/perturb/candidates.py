@@ -76,14 +76,15 @@ def join_tokens(texts: list[str], spaces: list[str]) -> str:
     return "".join(t + s for t, s in zip(texts, spaces, strict=True)).strip()
 
 
-def replace_tokens(doc, start: int, end: int, new_words: str) -> tuple[list[str], list[str]]:
-    """Token texts and spaces with doc[start:end] replaced by `new_words`, cased like what it replaces and
-    a preceding a/an fixed to agree with the new first word."""
-    texts = [t.text for t in doc]
-    spaces = [t.whitespace_ for t in doc]
-    new = match_case(doc[start].text, new_words)
+def replace_tokens(texts: list[str], spaces: list[str], start: int, end: int,
+                   new_words: str) -> tuple[list[str], list[str]]:
+    """Copies of the token texts and spaces with [start:end] replaced by `new_words`, cased like what it
+    replaces and a preceding a/an fixed to agree with the new first word."""
+    texts, spaces = list(texts), list(spaces)
+    new = match_case(texts[start], new_words)
+    end_space = spaces[end - 1]
     texts[start:end] = [new]
-    spaces[start:end] = [doc[end - 1].whitespace_]
+    spaces[start:end] = [end_space]
     if start > 0 and texts[start - 1].lower() in ("a", "an"):
         texts[start - 1] = match_case(texts[start - 1], indefinite_article(new))
     return texts, spaces

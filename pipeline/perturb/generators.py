@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pipeline.perturb import neg_order, neg_replace, neg_swap
 from pipeline.perturb.candidates import Candidate, record_rng
 
-VERSION = 1
+# Bumped when a generator's output for the same input and seed changes. replace/2: word counts per lemma
+# from the sense keys (ranking), options inflected when chosen.
+VERSIONS = {"replace": 2}
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {
     "replace": {TAGGER},
@@ -34,7 +36,7 @@ class ResourceMissing(RuntimeError):
 
 
 def version(negative_type: str) -> str:
-    return f"{negative_type}/{VERSION}"
+    return f"{negative_type}/{VERSIONS.get(negative_type, 1)}"
 
 
 def check_resources(negative_types: list[str], model: str | None = None) -> None:

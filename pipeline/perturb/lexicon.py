@@ -39,6 +39,9 @@ PERSON_WORDS = ("man", "woman", "boy", "girl", "baby")
 # ("table" the furniture, not the data table).
 VISUAL_LEXNAMES = frozenset(f"noun.{n}" for n in
                             "artifact animal person food plant object body substance location".split())
+# Synset type digit of a WordNet sense key -> part of speech (5 = adjective satellite).
+SENSE_KEY_POS = {"1": NOUN, "2": VERB, "3": ADJ, "4": "r", "5": ADJ}
+SYNSET_POS = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "s"}  # as NLTK names a synset's pos
 
 
 class Lexicon:
@@ -49,6 +52,25 @@ class Lexicon:
         # SemCor tag counts by sense key, read once: NLTK's Lemma.count() binary-searches the file per call.
         with wordnet.open("cntlist.rev") as f:
             self.tag_counts = {key: int(n) for key, _, n in (line.split() for line in f.read().splitlines() if line)}
+        # The same counts summed per (lemma, part of speech), straight from the sense keys
+        # ("dog%1:05:00::" is lemma "dog", synset type 1 = noun): most co-hyponyms are rare and this
+        # rejects them without loading their synsets.
+        self.lemma_counts: dict[tuple[str, str], int] = {}
+        for key, n in self.tag_counts.items():
+            lemma, _, rest = key.partition("%")
+            pos = SENSE_KEY_POS.get(rest[:1])
+            if pos is not None:
+                self.lemma_counts[lemma, pos] = self.lemma_counts.get((lemma, pos), 0) + n
+        # Every synset with at least one common lemma, from index.sense (sense key -> synset offset).
+        # Siblings and cousins are looked up only among these: loading a synset through NLTK costs a file
+        # seek and parse, and most co-hyponyms are rare words that would be rejected anyway.
+        self.common_synsets: set[tuple[str, int]] = set()
+        with wordnet.open("index.sense") as f:
+            for line in f.read().splitlines():
+                key, offset = line.split(maxsplit=2)[:2]
+                lemma, _, rest = key.partition("%")
+                if self.lemma_counts.get((lemma, SENSE_KEY_POS.get(rest[:1])), 0) >= MIN_COUNT:
+                    self.common_synsets.add((SYNSET_POS[rest[:1]], int(offset)))
         self.senses = lru_cache(maxsize=200_000)(self._senses)
         self.ancestors = lru_cache(maxsize=200_000)(self._ancestors)
         # Bounded by the vocabulary, not by the input size.
@@ -62,7 +84,8 @@ class Lexicon:
         return self.wn.morphy(word.lower(), pos)
 
     def _count(self, lemma: str, pos: str) -> int:
-        return sum(self.tag_counts.get(lem.key(), 0) for lem in self.wn.lemmas(lemma, pos))
+        """SemCor tag count of the lemma over all its senses in that part of speech (satellites are adjectives)."""
+        return self.lemma_counts.get((lemma.lower(), pos), 0)
 
     @staticmethod
     def _ancestors(synset) -> frozenset:
@@ -105,42 +128,65 @@ class Lexicon:
         lexnames = {s.lexname() for s in senses}
         if "noun.person" in lexnames:
             return tuple(w for w in PERSON_WORDS if w != lemma) if lemma in PERSON_WORDS else ()
-        antonyms, siblings, cousins = [], [], []
+        ranked = []
+        # Cousins only when antonyms and siblings give too few: pools are built lazily, in that order.
+        pools = [self._antonyms(senses, pos)]
+        if pos != ADJ:  # adjectives have no hypernyms in WordNet: antonyms only
+            pools += [self._siblings(senses, related), self._cousins(senses, related)]
+        for pool in pools:
+            good = {w for w, reached in pool if self._acceptable(w, reached, lemma, pos, lexnames, related)}
+            ranked.extend(sorted(good - set(ranked), key=lambda w: (-self.count(w, pos), w)))
+            if len(ranked) >= 3:
+                break
+        return tuple(ranked[:MAX_CANDIDATES])
+
+    @staticmethod
+    def _antonyms(senses, pos: str):
         for s in senses:
             for lem in s.lemmas():
-                antonyms.extend((a.name(), None) for a in lem.antonyms())
+                yield from ((a.name(), None) for a in lem.antonyms())
             if pos == ADJ:  # indirect antonyms through the adjective cluster ("huge" ~ "large" <-> "small")
                 for similar in s.similar_tos():
                     for lem in similar.lemmas():
-                        antonyms.extend((a.name(), None) for a in lem.antonyms())
-                continue
+                        yield from ((a.name(), None) for a in lem.antonyms())
+
+    def _siblings(self, senses, related: set):
+        for s in senses:
             for parent in s.hypernyms() + s.instance_hypernyms():
-                for sibling in parent.hyponyms() + parent.instance_hyponyms():
+                for sibling in self._common_hyponyms(parent, instances=True):
                     if sibling not in senses and sibling not in related:
-                        siblings.extend((w, sibling) for w in sibling.lemma_names())
+                        yield from ((w, sibling) for w in sibling.lemma_names())
+
+    def _cousins(self, senses, related: set):
+        for s in senses:
+            for parent in s.hypernyms() + s.instance_hypernyms():
                 for grandparent in parent.hypernyms():
                     for uncle in grandparent.hyponyms():
                         if uncle == parent or uncle in related:
                             continue
-                        for cousin in uncle.hyponyms():
+                        for cousin in self._common_hyponyms(uncle, instances=False):
                             if cousin not in related:
-                                cousins.extend((w, cousin) for w in cousin.lemma_names())
-        ranked = []
-        for pool in (antonyms, siblings, cousins):
-            good = {w for w, reached in pool if self._acceptable(w, reached, lemma, pos, lexnames, related)}
-            ranked.extend(sorted(good - set(ranked), key=lambda w: (-self.count(w, pos), w)))
-            if len(ranked) >= 3:  # cousins only when antonyms and siblings give too few
-                break
-        return tuple(ranked[:MAX_CANDIDATES])
+                                yield from ((w, cousin) for w in cousin.lemma_names())
+
+    def _common_hyponyms(self, synset, instances: bool) -> list:
+        """The synset's hyponyms that have a common lemma, without loading the others: NLTK's Synset keeps
+        its pointers as (pos, offset) pairs; a reader without them goes through the public API."""
+        symbols = ("~", "~i") if instances else ("~",)
+        pointers = getattr(synset, "_pointers", None)
+        if pointers is None:
+            found = synset.hyponyms() + (synset.instance_hyponyms() if instances else [])
+            return [h for h in found if (h.pos(), h.offset()) in self.common_synsets]
+        return [self.wn.synset_from_pos_and_offset(pos, offset)
+                for symbol in symbols for pos, offset in sorted(pointers.get(symbol, ()))
+                if (pos, offset) in self.common_synsets]
 
     def _acceptable(self, word: str, reached, original: str, pos: str, lexnames: set, related: set) -> bool:
+        # Cheap tests first: most co-hyponyms are rare words, rejected here without loading a synset.
         if not word.isalpha() or not word.islower() or word == original or word in BLOCKED:
             return False
+        if word in NOT_REPLACED or (pos == VERB and word in GENERIC_VERBS) or self.count(word, pos) < MIN_COUNT:
+            return False
         if self.lemma(word, pos) != word:  # an inflected form listed as a lemma ("marbles")
-            return False
-        if pos == VERB and word in GENERIC_VERBS:
-            return False
-        if word in NOT_REPLACED or self.count(word, pos) < MIN_COUNT:
             return False
         own = self.senses(word, pos)
         if not own or own[0] in related or self.ancestors(own[0]) & set(self._dominant(original, pos)):

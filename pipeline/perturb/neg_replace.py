@@ -5,6 +5,7 @@ spatial preposition replaced from a fixed list of contrasting ones. Needs only s
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from pipeline.perturb.candidates import Candidate, coarse_pos, join_tokens, make_candidate, replace_tokens
 from pipeline.perturb.inflect import Inflector
@@ -46,9 +47,27 @@ ATOM_POS = {"NOUN": (NOUN, "object"), "ADJ": (ADJ, "attribute"), "VERB": (VERB, 
 STOP_ARTICLES = frozenset({"a", "an", "the"})
 
 
-def _preposition_atoms(doc) -> list[tuple[int, int, tuple[str, ...]]]:
-    lower = [t.lower_ for t in doc]
-    tags = [t.tag_ for t in doc]
+@dataclass(frozen=True)
+class Tokens:
+    """The token attributes the generator reads, taken from the Doc once (each spaCy Token access builds
+    a Python object)."""
+
+    texts: list[str]
+    spaces: list[str]
+    lower: list[str]
+    tags: list[str]
+    alpha: list[bool]
+    stop: list[bool]
+
+    @classmethod
+    def of(cls, doc) -> Tokens:
+        tokens = list(doc)
+        return cls([t.text for t in tokens], [t.whitespace_ for t in tokens], [t.lower_ for t in tokens],
+                   [t.tag_ for t in tokens], [t.is_alpha for t in tokens], [t.is_stop for t in tokens])
+
+
+def _preposition_atoms(tokens: Tokens) -> list[tuple[int, int, tuple[str, ...]]]:
+    lower, tags = tokens.lower, tokens.tags
     atoms, i = [], 0
     while i < len(lower):
         if lower[i] in _FIRST_WORDS:
@@ -74,27 +93,33 @@ def _object_follows(tags: list[str], i: int) -> bool:
     return False
 
 
-def _word_atoms(doc, lexicon: Lexicon, inflector: Inflector, taken: set[int]):
-    for token in doc:
-        upos = coarse_pos(token.tag_)
-        if token.i in taken or upos not in ATOM_POS or not token.is_alpha or token.is_stop:
+def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
+    """(start, end, replacement lemmas, atom kind, Penn tag to inflect to) per replaceable word."""
+    tags = tokens.tags
+    for i, tag in enumerate(tags):
+        upos = coarse_pos(tag)
+        if i in taken or upos not in ATOM_POS or not tokens.alpha[i] or tokens.stop[i]:
             continue
         pos, atom = ATOM_POS[upos]
-        if pos == NOUN and token.i + 1 < len(doc) and doc[token.i + 1].tag_ in ("NN", "NNS"):
+        if pos == NOUN and i + 1 < len(tags) and tags[i + 1] in ("NN", "NNS"):
             continue  # a compound's modifier ("dining room", "fire hydrant"): replacing it rarely reads
-        if pos == ADJ and token.tag_ != "JJ":  # comparatives and superlatives do not inflect back
+        if pos == ADJ and tag != "JJ":  # comparatives and superlatives do not inflect back
             continue
-        lemma = lexicon.lemma(token.lower_, pos)
+        lemma = lexicon.lemma(tokens.lower[i], pos)
         if lemma is None:  # misspelt or unknown to WordNet
             continue
         options = lexicon.replacements(lemma, pos)[:TOP]
-        if not options:
-            continue
-        if pos == NOUN and token.tag_ == "NNS":
-            options = tuple(inflector.plural(o) for o in options)
-        elif pos == VERB:
-            options = tuple(inflector.verb(o, token.tag_) for o in options)
-        yield token.i, token.i + 1, options, atom
+        if options:
+            yield i, i + 1, options, atom, tag
+
+
+def _inflect(inflector: Inflector, lemma: str, tag: str | None) -> str:
+    """The replacement lemma in the replaced word's form: plural stays plural, verb tense kept."""
+    if tag == "NNS":
+        return inflector.plural(lemma)
+    if tag is not None and coarse_pos(tag) == "VERB":
+        return inflector.verb(lemma, tag)
+    return lemma
 
 
 def replaced_words_unrelated(lexicon: Lexicon, old_span: str, new_span: str) -> bool:
@@ -108,18 +133,19 @@ def replace_negatives(doc, lexicon: Lexicon, inflector: Inflector, rng: random.R
                       n: int = 1) -> list[tuple[Candidate, str]]:
     """Up to n distinct (candidate, atom kind) pairs; atom kind is object, attribute or relation."""
     caption = doc.text.strip()
-    atoms = [(s, e, opts, "relation") for s, e, opts in _preposition_atoms(doc)]
-    taken = {i for s, e, _, _ in atoms for i in range(s, e)}
-    atoms += list(_word_atoms(doc, lexicon, inflector, taken))
+    tokens = Tokens.of(doc)
+    atoms = [(s, e, opts, "relation", None) for s, e, opts in _preposition_atoms(tokens)]
+    taken = {i for s, e, *_ in atoms for i in range(s, e)}
+    atoms += list(_word_atoms(tokens, lexicon, taken))
     rng.shuffle(atoms)
     found, seen = [], set()
     # Round-robin over atoms so that n > 1 varies what is replaced before how.
     for rank in range(TOP):
-        for start, end, options, atom in atoms:
+        for start, end, options, atom, tag in atoms:
             if rank >= len(options) or len(found) >= n:
                 continue
             choice = _weighted_choice(options, rng) if rank == 0 else options[rank]
-            texts, spaces = replace_tokens(doc, start, end, choice)
+            texts, spaces = replace_tokens(tokens.texts, tokens.spaces, start, end, _inflect(inflector, choice, tag))
             candidate = make_candidate(REPLACE, caption, join_tokens(texts, spaces))
             if candidate is None or candidate.text in seen:
                 continue

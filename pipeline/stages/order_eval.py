@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
 from pipeline.options import HardposOptions
-from pipeline.perturb.generators import VERSION
+from pipeline.perturb.generators import version
 from pipeline.perturb.neg_order import ARO_ORDER
 from pipeline.perturb.outcomes import Discard
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
@@ -35,7 +35,7 @@ class MakeOrderRows(CaptionRowsFn):
             if not found:
                 raise Discard(f"no_{name}", f"no word order of {name} differs from the caption")
             row[name] = found[0][0].text
-        row.update({"generator": f"aro_order/{VERSION}", "seed": self.seed})
+        row.update({"generator": version("aro_order"), "seed": self.seed})
         return [row]
 
 
