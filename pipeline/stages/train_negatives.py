@@ -71,14 +71,20 @@ def check_inputs(opts: HardposOptions) -> None:
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
+    return build_rows(pipeline, opts)["counts"]
+
+
+def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
+    """The stage's graph; returns {"rows": negative rows, "counts": report counts} (train_set joins the rows)."""
     types = negative_types(opts)
     fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size)
     outputs = make_rows(pipeline, opts, STAGE, TABLE, fn)
     _ = outputs["rows"] | "WriteSamples" >> WriteSamples(
         FileSystems.join(opts.output_dir, SAMPLES_FILE), "train_negatives: random (caption, hard negative) pairs",
         lambda r: r["negative_type"], ["caption", "hard_negative", "atom"], opts.seed)
-    return outputs | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
-                                                       group=_group)
+    counts = outputs | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
+                                                         group=_group)
+    return {"rows": outputs["rows"], "counts": counts}
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:

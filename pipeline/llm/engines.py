@@ -1,0 +1,203 @@
+"""LLM engines behind one small interface: a batch of prompts (each with its sampling) in, generations out.
+
+- vllm: vLLM's offline `LLM` on the worker's GPUs (written against vLLM 0.6-0.11's documented `LLM` and
+  `SamplingParams`; prefix caching on, since every prompt of a kind shares its instruction prefix).
+- openai: any OpenAI-compatible completions server (`vllm serve`, TGI, SGLang): POST {base_url}/completions
+  over plain HTTP, bounded concurrency, timeouts, retries with exponential backoff.
+- transformers: HF `generate` with left padding, on CPU or GPU.
+Heavy libraries are imported inside the engine that needs them. A request that still fails after its retries
+comes back as finish_reason "error" (never cached, so a re-run asks again) instead of stopping the run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+ENGINES = ("vllm", "openai", "transformers")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None   # per prompt, for sampled retries
+
+    def key(self) -> dict:
+        """What identifies the sampling in a cache key (the per-prompt seed is derived, not configured)."""
+        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str   # stop, length, or error
+    output_tokens: int = 0
+    error: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    engine: str
+    model: str
+    base_url: str = ""
+    concurrency: int = 16
+    timeout_s: float = 60.0
+    request_retries: int = 5
+    device: str = "auto"
+    batch_size: int = 32
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    gpu_memory_utilization: float = 0.9
+    extra: dict = field(default_factory=dict)
+
+
+class EngineMissing(RuntimeError):
+    pass
+
+
+def make_engine(config: EngineConfig):
+    if config.engine == "transformers":
+        return TransformersEngine(config)
+    if config.engine == "openai":
+        return OpenAIEngine(config)
+    if config.engine == "vllm":
+        return VLLMEngine(config)
+    raise ValueError(f"unknown engine {config.engine!r}; choose from {', '.join(ENGINES)}")
+
+
+class TransformersEngine:
+    def __init__(self, config: EngineConfig):
+        try:
+            import torch
+            import transformers
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise EngineMissing(f"--llm_engine=transformers needs torch and transformers "
+                                f"(pip install 'hardpos[hf]'): {e}") from None
+        self.torch = torch
+        self.batch_size = config.batch_size
+        device = config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model, padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        self.model = AutoModelForCausalLM.from_pretrained(config.model, **{dtype_arg: dtype}).to(device).eval()
+
+    def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(prompts)
+        greedy = {}
+        for i, p in enumerate(params):
+            if p.temperature > 0:  # sampled: one by one, so each prompt's seed fixes its own draw
+                results[i] = self._batch([prompts[i]], p)[0]
+            else:
+                greedy.setdefault(p, []).append(i)
+        for p, indices in greedy.items():
+            for start in range(0, len(indices), self.batch_size):
+                chunk = indices[start:start + self.batch_size]
+                for i, gen in zip(chunk, self._batch([prompts[i] for i in chunk], p), strict=True):
+                    results[i] = gen
+        return results
+
+    def _batch(self, prompts: list[str], p: Sampling) -> list[Generation]:
+        torch = self.torch
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
+        kwargs = {"max_new_tokens": p.max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+        if p.temperature > 0:
+            torch.manual_seed(p.seed or 0)
+            kwargs.update(do_sample=True, temperature=p.temperature, top_p=p.top_p)
+        else:
+            kwargs.update(do_sample=False)
+        with torch.inference_mode():
+            out = self.model.generate(**encoded, **kwargs)
+        new_tokens = out[:, encoded["input_ids"].shape[1]:].tolist()
+        eos = self.tokenizer.eos_token_id
+        eos_ids = set(eos) if isinstance(eos, list) else {eos}
+        gens = []
+        for row in new_tokens:
+            end = next((k for k, t in enumerate(row) if t in eos_ids), None)
+            kept = row if end is None else row[:end]
+            kept = [t for t in kept if t != self.tokenizer.pad_token_id or t in eos_ids]
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            gens.append(Generation(text, "length" if end is None else "stop", len(kept)))
+        return gens
+
+
+class OpenAIEngine:
+    RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
+
+    def __init__(self, config: EngineConfig):
+        if not config.base_url:
+            raise ValueError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
+        self.url = config.base_url.rstrip("/") + "/completions"
+        self.model = config.model
+        self.timeout_s = config.timeout_s
+        self.retries = config.request_retries
+        self.pool = ThreadPoolExecutor(max_workers=config.concurrency)
+        self.headers = {"Content-Type": "application/json"}
+        key = os.environ.get("OPENAI_API_KEY")
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+
+    def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
+        return list(self.pool.map(self._one, prompts, params))
+
+    def _one(self, prompt: str, p: Sampling) -> Generation:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": p.max_new_tokens,
+                "temperature": p.temperature, "top_p": p.top_p}
+        if p.seed is not None:
+            body["seed"] = p.seed
+        data = json.dumps(body).encode("utf-8")
+        error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(30.0, 0.25 * 2 ** (attempt - 1)))
+            request = urllib.request.Request(self.url, data=data, headers=self.headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    reply = json.loads(response.read().decode("utf-8"))
+                choice = reply["choices"][0]
+                tokens = (reply.get("usage") or {}).get("completion_tokens", 0)
+                return Generation(choice.get("text") or "", choice.get("finish_reason") or "stop", tokens)
+            except urllib.error.HTTPError as e:
+                error = f"HTTP {e.code}"
+                if e.code not in self.RETRY_STATUS:
+                    break
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+                error = f"{type(e).__name__}: {e}"
+            except (ValueError, KeyError, IndexError) as e:
+                error = f"bad reply: {e}"
+                break
+        return Generation("", "error", 0, error)
+
+
+class VLLMEngine:
+    def __init__(self, config: EngineConfig):
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError as e:
+            raise EngineMissing(f"--llm_engine=vllm needs vLLM on a CUDA machine (pip install 'hardpos[llm]'): {e}") \
+                from None
+        self.sampling_params = SamplingParams
+        self.llm = LLM(model=config.model, tensor_parallel_size=config.tensor_parallel_size,
+                       max_num_seqs=config.max_num_seqs, gpu_memory_utilization=config.gpu_memory_utilization,
+                       enable_prefix_caching=True, **config.extra)
+
+    def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
+        sampling = [self.sampling_params(max_tokens=p.max_new_tokens, temperature=p.temperature, top_p=p.top_p,
+                                         seed=p.seed) for p in params]
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        return [Generation(o.outputs[0].text, o.outputs[0].finish_reason or "stop", len(o.outputs[0].token_ids))
+                for o in outputs]

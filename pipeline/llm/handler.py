@@ -1,0 +1,48 @@
+"""The Beam RunInference ModelHandler that runs an engine (the only Beam-facing part of llm/).
+
+The model loads once per worker process, or once per worker machine for vLLM (`large_model=True`: Beam's
+share_model_across_processes keeps one copy that every SDK process on the worker calls into), so a Dataflow
+GPU worker loads the 70B model once. Each batch is answered (generate, validate, sampled retries), written
+to the cache as one file, and returned as PredictionResult(example, cache entry).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from pipeline.llm.cache import write_entries
+from pipeline.llm.engines import EngineConfig, Sampling, make_engine
+from pipeline.llm.generate import answer_batch, first_accepted
+
+
+class HardPositiveHandler(ModelHandler):
+    def __init__(self, config: EngineConfig, cache_dir: str, base: Sampling, retries: int, retry_temperature: float,
+                 validator_factory, batch_size: int):
+        super().__init__(min_batch_size=1, max_batch_size=batch_size, large_model=config.engine == "vllm")
+        self.config, self.cache_dir, self.base = config, cache_dir, base
+        self.retries, self.retry_temperature = retries, retry_temperature
+        self.validator_factory = validator_factory
+        self._validator = None
+
+    def load_model(self):
+        return make_engine(self.config)
+
+    def run_inference(self, batch: Sequence[dict], model, inference_args=None):
+        if self._validator is None:
+            self._validator = self.validator_factory()
+        entries, _ = answer_batch(list(batch), model, self.base, self.retries, self.retry_temperature,
+                                  self._validator)
+        for element, entry in zip(batch, entries, strict=True):
+            entry["accepted"] = first_accepted(element, entry["attempts"], self._validator)
+            entry["sent_now"] = len(entry["attempts"]) - len(element.get("attempts", []))
+        complete = [{k: v for k, v in e.items() if k != "sent_now"} for e in entries if not e["failed"]]
+        if complete:  # a failed request is never cached: the next run asks again
+            write_entries(self.cache_dir, complete)
+        return [PredictionResult(element, entry) for element, entry in zip(batch, entries, strict=True)]
+
+    def get_num_bytes(self, batch: Sequence[dict]) -> int:
+        return sum(len(e["prompt"]) for e in batch)
+
+    def get_metrics_namespace(self) -> str:
+        return "hardpos_llm"

@@ -1,0 +1,245 @@
+"""Cleaning and validating LLM rewrites: pure functions, no model, no Beam.
+
+clean() strips what chat models wrap around the answer ("Sure! Here is the changed sentence:", quotes,
+"Output:" echoes, trailing explanations). validate() then decides whether the cleaned text is a hard
+positive of its kind:
+- replace (and its verb/preposition variants): differs from the caption in exactly one short span of whole
+  words (one word for up to three, or up to three for one), is not the caption, does not only re-inflect a
+  word, and is not a change the hard-negative rules would make (another number, colour, person word or a
+  contrasting preposition; with a WordNet lexicon, an antonym or co-hyponym of the replaced word);
+- swap: the caption's content words (articles, case, punctuation and singular/plural aside) in another
+  order, and that order is the caption's two sides of an "and" exchanged, nothing else moved.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from pipeline.perturb.candidates import same_text
+
+MAX_SPAN_WORDS = 3  # "one short span": a synonym of one word may take up to three ("couch" -> "sofa bed")
+ARTICLES = frozenset({"a", "an", "the"})
+NUMBERS = frozenset("one two three four five six seven eight nine ten eleven twelve dozen several many few "
+                    "single double couple pair".split())
+COLOURS = frozenset("black white red blue green yellow orange pink purple brown gray grey silver gold".split())
+PEOPLE = frozenset("man men woman women boy boys girl girls baby babies child children kid kids".split())
+# Contrasting prepositions: the replace negatives' table (perturb/neg_replace.py), flattened to word pairs.
+_CONTRASTS = {
+    "on": {"under", "beneath", "below", "off", "beside"}, "under": {"on", "above", "over", "atop"},
+    "above": {"below", "under", "beneath"}, "below": {"above", "over"}, "over": {"under", "below"},
+    "in": {"outside", "beside", "out"}, "inside": {"outside"}, "outside": {"inside", "in"},
+    "with": {"without"}, "without": {"with"}, "near": {"far"}, "behind": {"front", "before"},
+    "front": {"behind"}, "up": {"down"}, "down": {"up"}, "into": {"out"}, "toward": {"away"},
+    "towards": {"away"}, "beneath": {"above", "on"}, "underneath": {"on", "above"}, "atop": {"under"},
+}
+_IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",
+              "teeth": "tooth", "mice": "mouse", "geese": "goose", "knives": "knife", "leaves": "leaf",
+              "wolves": "wolf", "shelves": "shelf", "halves": "half", "loaves": "loaf", "calves": "calf",
+              "oxen": "ox", "dice": "die", "antelope": "antelope", "sheep": "sheep", "fish": "fish"}
+_WORD = re.compile(r"\w+(?:'\w+)?")
+_LEAD_CHATTER = re.compile(
+    r"^(?:sure|certainly|of course|okay|ok|absolutely|here(?:'s| is| are)?|great|no problem|happy to help)\b", re.I)
+_LEAD_EXCLAMATION = re.compile(
+    r"^(?:sure|certainly|of course|okay|ok|absolutely|great|no problem)\s*[!,.]\s+", re.I)
+_LABEL = re.compile(r"^(?:[\w' ]{0,40}?(?:sentence|output|answer|rewrite|rewritten|version|caption|result)"
+                    r"[\w' ]{0,20}?|output|answer|input)\s*:\s*", re.I)
+_TRAILING = re.compile(
+    r"(?:\s+\((?:[^()]*\b(?:replac|swap|chang|synonym|word|original|meaning)[^()]*)\)"
+    r"|(?<=[.!?\"'])\s+(?:I |I've |I have |Note|Explanation|This |The word|The words|Here|In this|Replaced|"
+    r"Swapped|Changed|Original|\(|-|–)).*$", re.S)
+_QUOTES = "\"'“”‘’`«»"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    text: str          # the cleaned generation
+    reason: str = ""   # why not, when not ok: a stable machine-readable word
+    detail: str = ""
+
+
+def clean(raw: str) -> str:
+    """The answer inside a chat model's reply: first real line, labels, quotes and explanations removed."""
+    text = raw.replace("\r", "").replace("[/INST]", "").replace("</s>", "").strip()
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    while lines and _is_preamble(lines[0]) and len(lines) > 1:
+        lines.pop(0)
+    if not lines:
+        return ""
+    line = lines[0]
+    # A preamble and the answer on one line: "Sure! Here is the changed sentence: A man ..."
+    if _LEAD_CHATTER.match(line) and ":" in line:
+        line = line.split(":", 1)[1].strip()
+    line = _LEAD_EXCLAMATION.sub("", line)  # "Certainly! A man ..."
+    for _ in range(2):
+        line = _LABEL.sub("", line, count=1).strip()
+    line = _TRAILING.sub("", line).strip()
+    line = _strip_quotes(line)
+    line = _TRAILING.sub("", line).strip()
+    return " ".join(line.split())
+
+
+def _is_preamble(line: str) -> bool:
+    return line.endswith(":") or (_LEAD_CHATTER.match(line) is not None and len(line.split()) <= 12
+                                  and line.rstrip()[-1:] in ("!", ":", "."))
+
+
+def _strip_quotes(line: str) -> str:
+    while len(line) >= 2 and line[0] in _QUOTES and line[-1] in _QUOTES + ".":
+        inner = line[1:-1] if line[-1] in _QUOTES else line[1:-2] + "."
+        if line[-1] == "." and line[-2] not in _QUOTES:
+            break
+        line = inner.strip()
+    if line and line[0] in _QUOTES and line.count(line[0]) == 1:  # a lone opening quote (truncated output)
+        line = line[1:].strip()
+    return line
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def singular(word: str) -> str:
+    """A crude but symmetric singular: applied to both sides, so "antelope"/"antelopes" compare equal."""
+    if word in _IRREGULAR:
+        return _IRREGULAR[word]
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith(("ches", "shes", "sses", "xes", "zes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def _content(text: str) -> list[str]:
+    return [singular(w) for w in words(text) if w not in ARTICLES]
+
+
+def validate(positive_type: str, caption: str, raw: str, finish_reason: str | None = None,
+             is_negative: Callable[[list[str], list[str]], str | None] | None = None) -> Verdict:
+    """The verdict on one generation. `is_negative(old_words, new_words)` may add a lexicon check (a reason
+    when the replacement is one the hard-negative rules would make)."""
+    text = clean(raw)
+    if not text:
+        return Verdict(False, text, "empty", "nothing left after removing the chat wrapping")
+    if finish_reason == "length":
+        return Verdict(False, text, "truncated", "generation stopped at the token limit")
+    if same_text(caption, text) or words(caption) == words(text):
+        return Verdict(False, text, "identical", "the caption itself (case, spacing and punctuation aside)")
+    if positive_type == "swap":
+        return _validate_swap(caption, text)
+    return _validate_replace(caption, text, is_negative)
+
+
+def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
+    # "an" and "a" are one word here: the article follows the new word ("an umbrella" -> "a parasol").
+    old_words = ["a" if w == "an" else w for w in words(caption)]
+    new_words = ["a" if w == "an" else w for w in words(text)]
+    changes = [op for op in difflib.SequenceMatcher(a=old_words, b=new_words, autojunk=False).get_opcodes()
+               if op[0] != "equal"]
+    if len(changes) > 1:
+        return Verdict(False, text, "more_than_one_span", f"{len(changes)} separate changes")
+    _, i1, i2, j1, j2 = changes[0]
+    old, new = old_words[i1:i2], new_words[j1:j2]
+    detail = f"{' '.join(old)!r} -> {' '.join(new)!r}"
+    if not old:
+        return Verdict(False, text, "words_added", detail)
+    if not new:
+        return Verdict(False, text, "words_deleted", detail)
+    if len(old) > MAX_SPAN_WORDS or len(new) > MAX_SPAN_WORDS:
+        return Verdict(False, text, "span_too_long", detail)
+    if min(len(old), len(new)) > 1:  # one word for a phrase or a phrase for one word, not several words
+        return Verdict(False, text, "more_than_one_word", detail)
+    if [singular(w) for w in old if w not in ARTICLES] == [singular(w) for w in new if w not in ARTICLES]:
+        return Verdict(False, text, "same_word", detail)
+    reason = _rule_negative(old, new) or (is_negative(old, new) if is_negative else None)
+    if reason:
+        return Verdict(False, text, reason, detail)
+    return Verdict(True, text, detail=detail)
+
+
+def _rule_negative(old: list[str], new: list[str]) -> str | None:
+    """A replacement that changes the meaning the way a hard negative does."""
+    for kind, vocabulary in (("number_changed", NUMBERS), ("colour_changed", COLOURS), ("person_changed", PEOPLE)):
+        if any(w in vocabulary or (kind == "number_changed" and w.isdigit()) for w in old) and \
+                any(w in vocabulary or (kind == "number_changed" and w.isdigit()) for w in new):
+            return kind
+    if any(n in _CONTRASTS.get(o, ()) for o in old for n in new):
+        return "contrasting_preposition"
+    return None
+
+
+def _validate_swap(caption: str, text: str) -> Verdict:
+    old, new = _content(caption), _content(text)
+    if Counter(old) != Counter(new):
+        missing = list((Counter(old) - Counter(new)).elements())
+        extra = list((Counter(new) - Counter(old)).elements())
+        return Verdict(False, text, "words_changed", f"missing {missing}, added {extra}")
+    if old == new:
+        return Verdict(False, text, "same_order", "the same words in the same order")
+    if not swapped_around_and(old, new):
+        return Verdict(False, text, "not_swapped_around_and", "the order changed in another way")
+    return Verdict(True, text)
+
+
+def swapped_around_and(old: list[str], new: list[str]) -> bool:
+    """new = old with the two sides of one "and" exchanged: old = P + A + and + B + S, new = P + B + and + A + S,
+    where the common prefix P and suffix S are as long as they can be and A, B are non-empty."""
+    prefix = 0
+    while prefix < len(old) and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < len(old) - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    # The common ends may have swallowed part of a conjunct ("a sink, toilet and shower" -> P takes "sink"):
+    # try every way to give words back to the middle.
+    for p in range(prefix, -1, -1):
+        for s in range(suffix, -1, -1):
+            middle_old, middle_new = old[p:len(old) - s], new[p:len(new) - s]
+            for k, w in enumerate(middle_old):
+                if w != "and" or k == 0 or k == len(middle_old) - 1:
+                    continue
+                a, b = middle_old[:k], middle_old[k + 1:]
+                if middle_new == b + ["and"] + a:
+                    return True
+    return False
+
+
+def lexicon_check(lexicon) -> Callable[[list[str], list[str]], str | None]:
+    """is_negative for validate(): a one-word replacement that the replace hard-negative generator would
+    itself offer (a WordNet antonym or common co-hyponym of the word) changes the meaning."""
+    def is_negative(old: list[str], new: list[str]) -> str | None:
+        old = [w for w in old if w not in ARTICLES]
+        new = [w for w in new if w not in ARTICLES]
+        if len(old) != 1 or len(new) != 1:
+            return None
+        for pos in ("n", "v", "a"):
+            lemma_old, lemma_new = lexicon.lemma(old[0], pos), lexicon.lemma(new[0], pos)
+            if lemma_old and lemma_new and lemma_new in lexicon.replacements(lemma_old, pos):
+                return "hard_negative_word"
+        return None
+
+    return is_negative
+
+
+class Validator:
+    """validate() for (prompt element, attempt) pairs; with wordnet=True adds the lexicon check."""
+
+    def __init__(self, wordnet: bool = True):
+        self.wordnet = wordnet
+        self.is_negative = None
+        if wordnet:
+            from pipeline.perturb.lexicon import Lexicon
+            from pipeline.perturb.wordnet import load_wordnet
+
+            self.is_negative = lexicon_check(Lexicon(load_wordnet()))
+
+    def __call__(self, element: dict, attempt: dict) -> Verdict:
+        if attempt["finish_reason"] == "error":
+            return Verdict(False, "", "request_failed", attempt.get("error", ""))
+        return validate(element["positive_type"], element["caption"], attempt["text"], attempt["finish_reason"],
+                        self.is_negative)

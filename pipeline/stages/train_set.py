@@ -1,0 +1,111 @@
+"""Stage train_set: every COCO caption joined with one hard positive and one hard negative.
+
+Read standalone from the hard_positives and train_negatives tables on disk, or, in --stage=all, from the
+other stages' rows in the same pipeline. The positive is the first of --positive_types the caption has, the
+negative the first of --negative_types (its negative 0). A caption with neither, or only one, is a discarded
+dead letter with the reason, so read = rows + discarded + rejected holds per captions file.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
+from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.report import table_report
+from pipeline.options import HardposOptions, UsageError
+from pipeline.perturb.outcomes import Discard
+from pipeline.sources import coco
+from pipeline.stages import hard_positives, train_negatives
+
+STAGE = "train_set"
+TABLE = "train"
+
+
+def _choose(rows: list[dict], type_field: str, order: list[str]) -> dict | None:
+    ranked = [r for r in rows if r[type_field] in order]
+    if not ranked:
+        return None
+    return min(ranked, key=lambda r: (order.index(r[type_field]), r.get("negative_index", 0)))
+
+
+class _Join(beam.DoFn):
+    def __init__(self, positive_order: list[str], negative_order: list[str]):
+        self.positive_order, self.negative_order = positive_order, negative_order
+
+    def process(self, item):
+        _, grouped = item
+        for record in grouped["caption"]:
+            positive = _choose(list(grouped["positive"]), "positive_type", self.positive_order)
+            negative = _choose(list(grouped["negative"]), "negative_type", self.negative_order)
+            if positive is None or negative is None:
+                reason = ("no_hard_positive_or_negative" if positive is None and negative is None
+                          else "no_hard_positive" if positive is None else "no_hard_negative")
+                yield beam.pvalue.TaggedOutput(DISCARDED, dead_letter(
+                    STAGE, TABLE, record["source"], record["source_file"], record["source_index"],
+                    Discard(reason, f"positive types {self.positive_order}, negative types {self.negative_order}"),
+                    record))
+                continue
+            yield {
+                **{k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
+                                          "source_file", "caption")},
+                "hard_positive": positive["hard_positive"],
+                "positive_type": positive["positive_type"],
+                "hard_negative": negative["hard_negative"],
+                "negative_type": negative["negative_type"],
+                "positive_model": positive["model"],
+                "positive_prompt_sha256": positive["prompt_sha256"],
+                "negative_generator": negative["generator"],
+                "seed": negative["seed"],
+            }
+
+
+def _table_pattern(folder: str, table: str) -> str:
+    return FileSystems.join(folder, table, "*.parquet")
+
+
+def tables(opts: HardposOptions) -> list[str]:
+    return [TABLE]
+
+
+def check_inputs(opts: HardposOptions) -> None:
+    if not opts.coco_captions:
+        raise UsageError("--stage=train_set needs --coco_captions=FILE (the captions the other tables were made from)")
+    coco.check_file(opts.coco_captions)
+    hard_positives.positive_types(opts)
+    train_negatives.negative_types(opts)
+    for flag, folder, table in (("--hard_positives_dir", opts.hard_positives_dir, "hard_positives"),
+                                ("--train_negatives_dir", opts.train_negatives_dir, "train_negatives")):
+        pattern = _table_pattern(folder or opts.output_dir, table)
+        if not FileSystems.match([pattern])[0].metadata_list:
+            raise UsageError(f"no {table} table at {pattern}: run --stage={table} first or set {flag}")
+
+
+def build(pipeline: beam.Pipeline, opts: HardposOptions):
+    positives = pipeline | "ReadPositives" >> beam.io.ReadFromParquet(
+        _table_pattern(opts.hard_positives_dir or opts.output_dir, "hard_positives"))
+    negatives = pipeline | "ReadNegatives" >> beam.io.ReadFromParquet(
+        _table_pattern(opts.train_negatives_dir or opts.output_dir, "train_negatives"))
+    return join(pipeline, opts, positives, negatives)
+
+
+def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
+    read = pipeline | "ReadCaptionsForTrain" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE)
+    by_id = lambda label, pcoll: pcoll | label >> beam.Map(lambda r: (r["example_id"], r))  # noqa: E731
+    joined = ({"caption": by_id("KeyCaptions", read["records"]), "positive": by_id("KeyPositives", positives),
+               "negative": by_id("KeyNegatives", negatives)}
+              | "JoinTrain" >> beam.CoGroupByKey())
+    built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
+                                                         train_negatives.negative_types(opts))).with_outputs(
+        DISCARDED, main="rows")
+    return {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
+        "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
+                                          group=lambda r: (r["positive_type"], r["negative_type"]))
+
+
+def report_tables(counts: dict, opts: HardposOptions) -> dict:
+    section = table_report(TABLE, counts, ["positive_type", "negative_type"])
+    section["texts"] = 3 * section["rows"]
+    section["positive_types"] = hard_positives.positive_types(opts)
+    section["negative_types"] = train_negatives.negative_types(opts)
+    return {TABLE: section}

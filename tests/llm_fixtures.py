@@ -1,0 +1,131 @@
+"""Test fixtures for the LLM stages, built inside the tests (no downloads): a tiny randomly initialised
+Llama with a word-level tokenizer, a local OpenAI-compatible completions server, and small captions files."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REAL_CAPTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco" / "captions_val2017.json"
+SAMPLE_CAPTIONS = Path(__file__).resolve().parents[1] / "samples" / "coco" / "captions_sample.json"
+
+
+def write_captions_subset(source: Path, out: Path, n: int) -> Path:
+    data = json.loads(source.read_text())
+    annotations = data["annotations"][:n]
+    used = {a["image_id"] for a in annotations}
+    out.write_text(json.dumps({"images": [i for i in data["images"] if i["id"] in used], "annotations": annotations}))
+    return out
+
+
+def build_tiny_llama(folder: Path, texts: list[str], hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A random Llama-architecture causal LM and a word-level tokenizer over `texts`, saved to `folder`."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for text in texts:
+        for word in re.findall(r"\w+|[^\w\s]", text.lower()):
+            vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>",
+                                        eos_token="</s>", pad_token="<pad>")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=hidden * 2,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=3)
+    model = LlamaForCausalLM(config).eval()
+    # A random model almost never picks </s>, so every output would just run to the token limit. Give </s>
+    # the output weights of the token greedy decoding picks most often: outputs then end at varied lengths.
+    tokenizer.padding_side = "left"
+    from pipeline.llm.prompts import load_prompt
+
+    prompts = [load_prompt(kind).render(t) for t in texts[:32] for kind in ("replace", "swap")]
+    probe = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        out = model.generate(**probe, max_new_tokens=8, do_sample=False, pad_token_id=3)
+    picked = torch.bincount(out[:, probe["input_ids"].shape[1] + 3:].flatten(), minlength=len(vocab))
+    picked[:4] = 0
+    with torch.no_grad():
+        model.lm_head.weight[2] = model.lm_head.weight[int(picked.argmax())] * 1.01
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+SYNONYMS = {"man": "guy", "sitting": "seated", "large": "big", "picture": "photo", "holding": "grasping",
+            "small": "little", "street": "road", "photo": "picture", "standing": "stationed", "woman": "lady"}
+
+
+def _stub_answer(prompt: str) -> str:
+    """What a decent chat model would say: a synonym for a known word, or the two words around "and" swapped."""
+    if "Input:" in prompt:
+        caption = prompt.rsplit("Input: ", 1)[1].split("\nOutput:", 1)[0]
+        words = caption.split()
+        for i, w in enumerate(words[1:-1], 1):
+            if w == "and" and words[i - 1].isalpha() and words[i + 1].strip(".,").isalpha():
+                left, right = words[i - 1], words[i + 1]
+                tail = right[len(right.rstrip(".,")):]
+                words[i - 1], words[i + 1] = right.rstrip(".,"), left + tail
+                return " " + " ".join(words)
+        return " " + caption
+    caption = prompt.split("\n", 1)[1].rsplit(" [/INST]", 1)[0]
+    words = caption.split()
+    for i, w in enumerate(words):
+        if w.lower() in SYNONYMS:
+            words[i] = SYNONYMS[w.lower()]
+            return " Sure! Here is the changed sentence:\n\n" + " ".join(words)
+    return " " + caption
+
+
+class CompletionsServer:
+    """POST /v1/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503."""
+
+    def __init__(self, fail_first: int = 0):
+        self.requests = 0
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests += 1
+                    fail = server.requests <= server.fail_first
+                if fail or self.path != "/v1/completions":
+                    self.send_response(503 if fail else 404)
+                    self.end_headers()
+                    return
+                text = _stub_answer(body["prompt"])
+                reply = {"choices": [{"text": text, "finish_reason": "stop"}],
+                         "usage": {"completion_tokens": len(text.split())}}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

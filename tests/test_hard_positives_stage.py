@@ -1,0 +1,226 @@
+"""hard_positives and train_set end to end: the transformers engine with a tiny random Llama on real captions
+(nonsense outputs the validation must reject), an OpenAI-compatible server on 127.0.0.1, the cache, a run
+killed midway and restarted, and the joined training table."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.llm.engines import EngineConfig, OpenAIEngine, Sampling
+from pipeline.run import main
+from tests.conftest import REPO, SHARED_DATA
+from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer, build_tiny_llama, write_captions_subset
+
+pytest.importorskip("transformers")
+REAL = SHARED_DATA / "coco" / "captions_val2017.json"
+needs_real = pytest.mark.skipif(not REAL.exists(), reason="needs ../shared/data/coco/captions_val2017.json")
+
+
+def table_rows(folder) -> list[dict]:
+    files = sorted(folder.glob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+def dead_rows(out, kind, table) -> list[dict]:
+    return [r for f in sorted((out / kind).glob(f"{table}-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def report(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def swap_selected(caption: str) -> bool:
+    """The paper's SWAP rule, written apart from the stage: the word "and", fewer than 15 words."""
+    tokens = [t.strip(".,;:!?\"()").lower() for t in caption.split()]
+    tokens = [t for t in tokens if t]
+    return "and" in tokens and len(tokens) < 15
+
+
+@pytest.fixture(scope="module")
+def captions_300(tmp_path_factory):
+    if not REAL.exists():
+        pytest.skip("needs the real COCO captions")
+    return write_captions_subset(REAL, tmp_path_factory.mktemp("coco") / "captions_300.json", 300)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, captions_300):
+    texts = [a["caption"] for a in json.loads(captions_300.read_text())["annotations"]]
+    texts += [load.read_text() for load in (REPO / "prompts").glob("*.txt")]
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), texts)
+
+
+def llm_args(captions, out, cache, model, *extra):
+    return ["--stage=hard_positives", f"--coco_captions={captions}", f"--output_dir={out}", f"--cache_dir={cache}",
+            "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", *extra]
+
+
+@pytest.fixture(scope="module")
+def transformers_run(tmp_path_factory, captions_300, tiny_model):
+    base = tmp_path_factory.mktemp("hp")
+    out, cache = base / "out", base / "cache"
+    assert main(llm_args(captions_300, out, cache, tiny_model)) == 0
+    first = report(out)
+    assert main(llm_args(captions_300, out, cache, tiny_model)) == 0
+    return out, cache, first, report(out)
+
+
+@needs_real
+def test_every_prompt_is_accounted_for(transformers_run, captions_300):
+    out, _, first, _ = transformers_run
+    section = first["tables"]["hard_positives"]
+    annotations = json.loads(captions_300.read_text())["annotations"]
+    swap_expected = sum(swap_selected(a["caption"]) for a in annotations)
+    assert swap_expected > 0
+    assert section["positive_types"]["swap"]["prompts"] == swap_expected
+    assert section["positive_types"]["replace"]["prompts"] == 300
+    assert section["prompts"] == 300 + swap_expected
+    rows = table_rows(out / "hard_positives")
+    rejected = dead_rows(out, "rejected", "hard_positives")
+    assert len(rows) + len(rejected) == section["prompts"] == section["accepted"] + section["rejected_generations"]
+    assert section["balanced"] and section["captions"] == 300
+    # A random model writes nonsense: nearly all of it must be rejected, each with a reason and the raw text.
+    assert len(rejected) >= 0.9 * section["prompts"]
+    assert all(r["reason"] and "raw:" in r["detail"] for r in rejected)
+    assert len({r["reason"] for r in rejected}) >= 2
+    keys = [(r["example_id"], r["positive_type"]) for r in rows] + \
+        [(json.loads(r["record"])["example_id"], json.loads(r["record"])["positive_type"]) for r in rejected]
+    assert len(keys) == len(set(keys))
+    assert section["generation_calls"] > 0 and section["cache_hits"] == 0
+
+
+@needs_real
+def test_a_second_run_asks_the_model_nothing(transformers_run):
+    out, _, first, second = transformers_run
+    a, b = first["tables"]["hard_positives"], second["tables"]["hard_positives"]
+    assert b["generation_calls"] == 0
+    assert b["cache_hits"] == a["prompts"] == b["prompts"]
+    assert b["accepted"] == a["accepted"] and b["reject_reasons"] == a["reject_reasons"]
+
+
+@needs_real
+def test_a_killed_run_resumes_without_duplicates_or_gaps(tmp_path, captions_300):
+    texts = [a["caption"] for a in json.loads(captions_300.read_text())["annotations"]]
+    texts += [p.read_text() for p in (REPO / "prompts").glob("*.txt")]
+    model = build_tiny_llama(tmp_path / "slower_llama", texts, hidden=256, layers=4)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    args = llm_args(captions_300, out, cache, model, "--llm_batch_size=8")
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    cache_files = cache / "hard_positives"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cache_files.is_dir() and len(list(cache_files.glob("*.jsonl"))) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed midway"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = sum(len(f.read_text().splitlines()) for f in cache_files.glob("*.jsonl"))
+    assert not (out / "report.json").exists()
+
+    assert main(args) == 0
+    section = report(out)["tables"]["hard_positives"]
+    assert 0 < section["generation_calls"] < section["prompts"]
+    assert section["cache_hits"] >= done_before
+    rows = table_rows(out / "hard_positives")
+    rejected = dead_rows(out, "rejected", "hard_positives")
+    keys = [(r["example_id"], r["positive_type"]) for r in rows] + \
+        [(json.loads(r["record"])["example_id"], json.loads(r["record"])["positive_type"]) for r in rejected]
+    assert len(keys) == len(set(keys)) == section["prompts"]
+
+
+def test_openai_engine_retries_busy_servers_and_reports_dead_ones():
+    with CompletionsServer(fail_first=2) as server:
+        engine = OpenAIEngine(EngineConfig("openai", "stub", base_url=server.base_url, request_retries=3))
+        [gen] = engine.generate(["[INST] Replace one word.\nA man sitting. [/INST]"], [Sampling(30)])
+        assert gen.finish_reason == "stop" and "guy sitting" in gen.text
+        assert server.requests == 3
+    with CompletionsServer(fail_first=100) as server:
+        engine = OpenAIEngine(EngineConfig("openai", "stub", base_url=server.base_url, request_retries=1))
+        [gen] = engine.generate(["x\ny [/INST]"], [Sampling(30)])
+        assert gen.finish_reason == "error" and "503" in gen.error and server.requests == 2
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """train_negatives, hard_positives (openai engine) and train_set run one by one, then --stage=all."""
+    base = tmp_path_factory.mktemp("chain")
+    out, cache = base / "out", base / "cache"
+    with CompletionsServer(fail_first=1) as server:
+        llm = [f"--coco_captions={SAMPLE_CAPTIONS}", f"--cache_dir={cache}", "--llm_engine=openai", "--model=stub",
+               f"--llm_base_url={server.base_url}"]
+        assert main(["--stage=train_negatives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}"]) == 0
+        assert main(["--stage=hard_positives", f"--output_dir={out}", *llm]) == 0
+        positives = report(out)
+        assert main(["--stage=train_set", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}"]) == 0
+        train = report(out)
+        all_out = base / "all"
+        assert main(["--stage=all", f"--output_dir={all_out}", *llm]) == 0
+        requests = server.requests
+    return out, all_out, positives, train, report(all_out), requests
+
+
+def test_train_set_has_a_row_for_every_caption_not_accounted_as_failed(chain):
+    out, _, positives, train, _, _ = chain
+    section = train["tables"]["train"]
+    records = json.loads(SAMPLE_CAPTIONS.read_text())["annotations"]
+    rows = table_rows(out / "train")
+    discarded = dead_rows(out, "discarded", "train")
+    rejected = dead_rows(out, "rejected", "train")
+    assert section["read"] == len(records)
+    assert len(rows) == section["read"] - len(discarded) - len(rejected) == section["rows"] > 0
+    assert len(discarded) > 0 and {r["reason"] for r in discarded} <= {
+        "no_hard_positive", "no_hard_negative", "no_hard_positive_or_negative"}
+    assert section["balanced"] and section["texts"] == 3 * len(rows)
+    accepted = positives["tables"]["hard_positives"]["accepted"]
+    assert 0 < accepted < positives["tables"]["hard_positives"]["prompts"]
+    for row in rows:
+        assert row["hard_positive"] != row["caption"] and row["hard_negative"] != row["caption"]
+        assert row["positive_type"] in ("replace", "swap") and row["negative_type"] == "replace"
+    assert len({r["example_id"] for r in rows}) == len(rows)
+
+
+def test_train_set_loads_with_datasets(chain):
+    import datasets
+
+    out = chain[0]
+    loaded = datasets.load_dataset(str(out / "train"))
+    assert loaded["train"].num_rows == chain[3]["tables"]["train"]["rows"]
+    assert {"caption", "hard_positive", "hard_negative", "positive_type"} <= set(loaded["train"].column_names)
+
+
+def test_stage_all_gives_the_same_tables_and_asks_nothing_again(chain):
+    out, all_out, positives, train, all_report, _ = chain
+    assert all_report["tables"]["hard_positives"]["generation_calls"] == 0
+    assert set(all_report["tables"]) == {"train_negatives", "hard_positives", "train"}
+    for table in ("train", "hard_positives", "train_negatives"):
+        assert table_rows(all_out / table) == table_rows(out / table)
+
+
+def test_hard_positive_rows_record_the_prompt_and_sampling(chain):
+    rows = table_rows(chain[0] / "hard_positives")
+    prompt_sha = {t: __import__("hashlib").sha256((REPO / "prompts" / f"{t}.txt").read_bytes()).hexdigest()
+                  for t in ("replace", "swap")}
+    for row in rows:
+        assert row["prompt_sha256"] == prompt_sha[row["positive_type"]]
+        assert row["temperature"] == 0.0 and row["attempt"] == 0 and row["model"] == "stub"
+        assert row["max_new_tokens"] == (30 if row["positive_type"] == "replace" else 20)
+    assert {r["positive_type"] for r in rows} == {"replace", "swap"}
+    assert all(not re.match(r"(?i)sure", r["hard_positive"]) for r in rows)
+
+
+def test_missing_llm_flags_fail_fast_with_one_line(tmp_path, capsys):
+    assert main(["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path}",
+                 "--llm_engine=openai", "--model=x", f"--cache_dir={tmp_path / 'c'}"]) == 2
+    assert "--llm_base_url" in capsys.readouterr().err
+    assert main(["--stage=train_set", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path}"]) == 2
+    assert "run --stage=hard_positives first" in capsys.readouterr().err
