@@ -26,15 +26,25 @@ NUMBERS = frozenset("one two three four five six seven eight nine ten eleven twe
                     "single double couple pair".split())
 COLOURS = frozenset("black white red blue green yellow orange pink purple brown gray grey silver gold".split())
 PEOPLE = frozenset("man men woman women boy boys girl girls baby babies child children kid kids".split())
-# Contrasting prepositions: the replace negatives' table (perturb/neg_replace.py), flattened to word pairs.
-_CONTRASTS = {
-    "on": {"under", "beneath", "below", "off", "beside"}, "under": {"on", "above", "over", "atop"},
-    "above": {"below", "under", "beneath"}, "below": {"above", "over"}, "over": {"under", "below"},
-    "in": {"outside", "beside", "out"}, "inside": {"outside"}, "outside": {"inside", "in"},
-    "with": {"without"}, "without": {"with"}, "near": {"far"}, "behind": {"front", "before"},
-    "front": {"behind"}, "up": {"down"}, "down": {"up"}, "into": {"out"}, "toward": {"away"},
-    "towards": {"away"}, "beneath": {"above", "on"}, "underneath": {"on", "above"}, "atop": {"under"},
-}
+
+
+def _contrasting_words() -> dict[str, set[str]]:
+    """Word pairs from the replace negatives' preposition table (perturb/neg_replace.py), both ways: a rewrite
+    that makes one of these changes is a hard negative, not a hard positive."""
+    from pipeline.perturb.neg_replace import PREPOSITIONS
+
+    glue = {"of", "to", "from"}
+    pairs: dict[str, set[str]] = {}
+    for key, contrasts in PREPOSITIONS.items():
+        for contrast in contrasts:
+            for a in set(key) - glue:
+                for b in set(contrast.split()) - glue - {a}:
+                    pairs.setdefault(a, set()).add(b)
+                    pairs.setdefault(b, set()).add(a)
+    return pairs
+
+
+_CONTRASTS = _contrasting_words()
 _IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",
               "teeth": "tooth", "mice": "mouse", "geese": "goose", "knives": "knife", "leaves": "leaf",
               "wolves": "wolf", "shelves": "shelf", "halves": "half", "loaves": "loaf", "calves": "calf",
