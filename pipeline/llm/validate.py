@@ -16,6 +16,7 @@ import difflib
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import Callable
 
 from pipeline.perturb.candidates import same_text
@@ -253,3 +254,9 @@ class Validator:
             return Verdict(False, "", "request_failed", attempt.get("error", ""))
         return validate(element["positive_type"], element["caption"], attempt["text"], attempt["finish_reason"],
                         self.is_negative)
+
+
+@cache
+def shared_validator(wordnet: bool) -> Validator:
+    """One Validator per process: the handler and the validation step share its WordNet lexicon."""
+    return Validator(wordnet)

@@ -21,7 +21,7 @@ from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
 from pipeline.llm.engines import ENGINES, EngineConfig, Sampling
 from pipeline.llm.handler import HardPositiveHandler
 from pipeline.llm.prompts import CHAT_FORMATS, POSITIVE_TYPES, load_prompt, wants
-from pipeline.llm.validate import Validator
+from pipeline.llm.validate import shared_validator
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Reject
 from pipeline.sources import coco
@@ -100,7 +100,7 @@ class _Decide(beam.DoFn):
         self.model, self.engine, self.chat_format, self.wordnet = model, engine, chat_format, wordnet
 
     def setup(self):
-        self.validator = Validator(self.wordnet)
+        self.validator = shared_validator(self.wordnet)
 
     def process(self, result):
         entry, elements = result["entry"], result["elements"]
@@ -199,7 +199,8 @@ def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
                                                                                          main="hit")
     wordnet = opts.positive_checks == "wordnet"
     handler = HardPositiveHandler(engine_config(opts), opts.cache_dir, base, opts.llm_retries,
-                                  opts.retry_temperature, functools.partial(Validator, wordnet), opts.llm_batch_size)
+                                  opts.retry_temperature, functools.partial(shared_validator, wordnet),
+                                  opts.llm_batch_size)
     generated = (
         split[_SplitHits.MISS]
         | "Generate" >> RunInference(handler)
