@@ -84,6 +84,19 @@ class HardposOptions(PipelineOptions):
                             help="Rows per Parquet shard; the shard count follows from the row count.")
 
 
+def type_list(flag: str, value: str, choices, allow_all: bool = False) -> list[str]:
+    """A comma-separated list of names from `choices` (in the given order, duplicates dropped), or UsageError
+    naming the flag; with allow_all, "all" means every choice."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if allow_all and names == ["all"]:
+        return list(choices)
+    unknown = [n for n in names if n not in choices]
+    if unknown or not names:
+        raise UsageError(f"{flag}: unknown type {unknown[0] if unknown else '(none)'}; "
+                         f"choose from {', '.join(choices)}{' or all' if allow_all else ''}")
+    return list(dict.fromkeys(names))
+
+
 def unknown_flags(argv: list[str]) -> list[str]:
     """Flags no PipelineOptions class knows: Beam would drop them with a warning; we refuse them."""
     parser = _BeamArgumentParser(allow_abbrev=False)

@@ -20,12 +20,13 @@ from functools import cache
 from typing import Callable
 
 from pipeline.perturb.candidates import same_text
+from pipeline.perturb.lexicon import COLOURS as LEXICON_COLOURS
 
 MAX_SPAN_WORDS = 3  # "one short span": a synonym of one word may take up to three ("couch" -> "sofa bed")
 ARTICLES = frozenset({"a", "an", "the"})
 NUMBERS = frozenset("one two three four five six seven eight nine ten eleven twelve dozen several many few "
                     "single double couple pair".split())
-COLOURS = frozenset("black white red blue green yellow orange pink purple brown gray grey silver gold".split())
+COLOURS = frozenset(LEXICON_COLOURS) | {"grey"}
 PEOPLE = frozenset("man men woman women boy boys girl girls baby babies child children kid kids".split())
 
 

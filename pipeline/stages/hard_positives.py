@@ -22,7 +22,7 @@ from pipeline.llm.engines import ENGINES, EngineConfig, Sampling
 from pipeline.llm.handler import HardPositiveHandler
 from pipeline.llm.prompts import CHAT_FORMATS, POSITIVE_TYPES, load_prompt, wants
 from pipeline.llm.validate import shared_validator
-from pipeline.options import HardposOptions, UsageError
+from pipeline.options import HardposOptions, UsageError, type_list
 from pipeline.perturb.outcomes import Reject
 from pipeline.sources import coco
 
@@ -32,12 +32,7 @@ RECORD_FIELDS = ("example_id", "caption_id", "image_id", "file_name", "image_url
 
 
 def positive_types(opts: HardposOptions) -> list[str]:
-    names = [n.strip() for n in opts.positive_types.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POSITIVE_TYPES]
-    if unknown or not names:
-        raise UsageError(f"--positive_types: unknown type {unknown[0] if unknown else '(none)'}; "
-                         f"choose from {', '.join(POSITIVE_TYPES)}")
-    return list(dict.fromkeys(names))
+    return type_list("--positive_types", opts.positive_types, POSITIVE_TYPES)
 
 
 def engine_config(opts: HardposOptions) -> EngineConfig:

@@ -6,7 +6,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
-from pipeline.options import HardposOptions, UsageError
+from pipeline.options import HardposOptions, type_list
 from pipeline.perturb.generators import NEGATIVE_TYPES, version
 from pipeline.perturb.outcomes import Discard
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
@@ -17,14 +17,7 @@ GROUP_FIELDS = ["negative_type", "atom", "first_of_caption"]
 
 
 def negative_types(opts: HardposOptions) -> list[str]:
-    names = [n.strip() for n in opts.negative_types.split(",") if n.strip()]
-    if names == ["all"]:
-        return list(NEGATIVE_TYPES)
-    unknown = [n for n in names if n not in NEGATIVE_TYPES]
-    if unknown or not names:
-        raise UsageError(f"--negative_types: unknown type {unknown[0] if unknown else '(none)'}; "
-                         f"choose from {', '.join(NEGATIVE_TYPES)} or all")
-    return list(dict.fromkeys(names))
+    return type_list("--negative_types", opts.negative_types, NEGATIVE_TYPES, allow_all=True)
 
 
 class MakeNegativeRows(CaptionRowsFn):
