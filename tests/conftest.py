@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -35,3 +36,14 @@ def sample_output(tmp_path_factory):
     out = tmp_path_factory.mktemp("sample_out")
     assert main(eval_sets_args(out)) == 0
     return out
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def rows_of(out: Path, folder: str) -> list[dict]:
+    """Every row of the Parquet files in out/folder, in file order."""
+    import pyarrow.parquet as pq
+
+    return [r for p in sorted((out / folder).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.llm.engines import EngineConfig, OpenAIEngine, Sampling
 from pipeline.run import main
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, report, rows_of
 from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer, build_tiny_llama, write_captions_subset
 
 pytest.importorskip("transformers")
@@ -24,17 +24,8 @@ REAL = SHARED_DATA / "coco" / "captions_val2017.json"
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="needs ../shared/data/coco/captions_val2017.json")
 
 
-def table_rows(folder) -> list[dict]:
-    files = sorted(folder.glob("*.parquet"))
-    return [r for f in files for r in pq.read_table(f).to_pylist()]
-
-
 def dead_rows(out, kind, table) -> list[dict]:
     return [r for f in sorted((out / kind).glob(f"{table}-*.parquet")) for r in pq.read_table(f).to_pylist()]
-
-
-def report(out) -> dict:
-    return json.loads((out / "report.json").read_text())
 
 
 def swap_selected(caption: str) -> bool:
@@ -83,7 +74,7 @@ def test_every_prompt_is_accounted_for(transformers_run, captions_300):
     assert section["positive_types"]["swap"]["prompts"] == swap_expected
     assert section["positive_types"]["replace"]["prompts"] == 300
     assert section["prompts"] == 300 + swap_expected
-    rows = table_rows(out / "hard_positives")
+    rows = rows_of(out, "hard_positives")
     rejected = dead_rows(out, "rejected", "hard_positives")
     assert len(rows) + len(rejected) == section["prompts"] == section["accepted"] + section["rejected_generations"]
     assert section["balanced"] and section["captions"] == 300
@@ -131,7 +122,7 @@ def test_a_killed_run_resumes_without_duplicates_or_gaps(tmp_path, captions_300)
     section = report(out)["tables"]["hard_positives"]
     assert 0 < section["generation_calls"] < section["prompts"]
     assert section["cache_hits"] >= done_before
-    rows = table_rows(out / "hard_positives")
+    rows = rows_of(out, "hard_positives")
     rejected = dead_rows(out, "rejected", "hard_positives")
     keys = [(r["example_id"], r["positive_type"]) for r in rows] + \
         [(json.loads(r["record"])["example_id"], json.loads(r["record"])["positive_type"]) for r in rejected]
@@ -173,7 +164,7 @@ def test_train_set_has_a_row_for_every_caption_not_accounted_as_failed(chain):
     out, _, positives, train, _, _ = chain
     section = train["tables"]["train"]
     records = json.loads(SAMPLE_CAPTIONS.read_text())["annotations"]
-    rows = table_rows(out / "train")
+    rows = rows_of(out, "train")
     discarded = dead_rows(out, "discarded", "train")
     rejected = dead_rows(out, "rejected", "train")
     assert section["read"] == len(records)
@@ -203,11 +194,11 @@ def test_stage_all_gives_the_same_tables_and_asks_nothing_again(chain):
     assert all_report["tables"]["hard_positives"]["generation_calls"] == 0
     assert set(all_report["tables"]) == {"train_negatives", "hard_positives", "train"}
     for table in ("train", "hard_positives", "train_negatives"):
-        assert table_rows(all_out / table) == table_rows(out / table)
+        assert rows_of(all_out, table) == rows_of(out, table)
 
 
 def test_hard_positive_rows_record_the_prompt_and_sampling(chain):
-    rows = table_rows(chain[0] / "hard_positives")
+    rows = rows_of(chain[0], "hard_positives")
     prompt_sha = {t: __import__("hashlib").sha256((REPO / "prompts" / f"{t}.txt").read_bytes()).hexdigest()
                   for t in ("replace", "swap")}
     for row in rows:

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from conftest import report, rows_of, run_cli
 
 from pipeline.io.schema import load_schema
 from pipeline.perturb.candidates import same_text
@@ -88,16 +88,8 @@ def negatives_args(out, coco, *extra):
 ALL = ("--negative_types=all", "--negatives_per_caption=2")
 
 
-def report(out):
-    return json.loads((out / "report.json").read_text())
-
-
 def table_files(out, folder):
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted((out / folder).rglob("*"))}
-
-
-def rows_of(out, folder="train_negatives"):
-    return [r for p in sorted((out / folder).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +124,7 @@ def test_report_balances_and_names_each_reject(all_run):
     assert t["read"] == len(annotations())
     assert t["read"] == t["emitted"] + t["discarded"] + t["rejected"]
     assert t["emitted"] == len(CAPTIONS) - len(DISCARDED_CAPTIONS)
-    assert t["balanced"] and t["written"] == t["rows"] == len(rows_of(all_run))
+    assert t["balanced"] and t["written"] == t["rows"] == len(rows_of(all_run, "train_negatives"))
     assert t["files"][FILE]["balanced"] and t["files"][FILE]["read"] == t["read"]
     assert t["reject_reasons"] == REJECTS
     assert t["discard_reasons"] == {"no_candidate": len(DISCARDED_CAPTIONS)}
@@ -144,7 +136,7 @@ def test_report_balances_and_names_each_reject(all_run):
 
 def test_every_negative_type_gives_rows(all_run):
     by_type = report(all_run)["tables"]["train_negatives"]["negative_types"]
-    counted = Counter(r["negative_type"] for r in rows_of(all_run))
+    counted = Counter(r["negative_type"] for r in rows_of(all_run, "train_negatives"))
     for name in NEGATIVE_TYPES:
         assert by_type[name]["rows"] == counted[name] > 0, name
         assert 0 < by_type[name]["captions_with_negative"] <= len(CAPTIONS) - 1
@@ -181,7 +173,7 @@ def test_parquet_matches_the_schema_file(all_run):
 
 def test_rows_join_back_to_their_caption_and_image(all_run):
     by_id = expected_by_id()
-    for row in rows_of(all_run):
+    for row in rows_of(all_run, "train_negatives"):
         ann = by_id[row["caption_id"]]
         assert row["caption"] == ann["caption"].strip()
         assert row["image_id"] == ann["image_id"]
@@ -193,7 +185,7 @@ def test_rows_join_back_to_their_caption_and_image(all_run):
 
 
 def test_no_hard_negative_equals_its_caption_and_the_spans_locate_the_change(all_run):
-    rows = rows_of(all_run)
+    rows = rows_of(all_run, "train_negatives")
     assert rows
     for r in rows:
         c, n = r["caption"], r["hard_negative"]
@@ -208,7 +200,7 @@ def test_no_hard_negative_equals_its_caption_and_the_spans_locate_the_change(all
 
 
 def test_negatives_per_caption_are_distinct_and_numbered_from_zero(all_run):
-    rows = rows_of(all_run)
+    rows = rows_of(all_run, "train_negatives")
     assert rows == sorted(rows, key=lambda r: (r["example_id"], r["negative_type"], r["negative_index"]))
     groups = defaultdict(list)
     for r in rows:
@@ -222,7 +214,8 @@ def test_negatives_per_caption_are_distinct_and_numbered_from_zero(all_run):
 
 def test_misspelt_words_are_never_replaced(all_run):
     misspelt = {"skatebaord", "stret", "dgo", "sittin", "bech"}
-    replaced = [r for r in rows_of(all_run) if r["negative_type"] == "replace" and misspelt & set(words(r["caption"]))]
+    replaced = [r for r in rows_of(all_run, "train_negatives")
+                if r["negative_type"] == "replace" and misspelt & set(words(r["caption"]))]
     assert replaced
     for r in replaced:
         assert not misspelt & set(words(r["changed_span"])), r
@@ -234,7 +227,7 @@ def test_samples_file_has_a_section_per_type(all_run):
     by_type = report(all_run)["tables"]["train_negatives"]["negative_types"]
     assert sections == {t: str(min(100, s["rows"])) for t, s in by_type.items() if s["rows"]}
     assert set(sections) == set(NEGATIVE_TYPES)
-    pairs = {(r["caption"], r["hard_negative"]) for r in rows_of(all_run)}
+    pairs = {(r["caption"], r["hard_negative"]) for r in rows_of(all_run, "train_negatives")}
     table_rows = [line.split(" | ") for line in text.splitlines() if re.match(r"^\| \d+ \| ", line)]
     assert len(table_rows) == sum(int(n) for n in sections.values())
     assert all((cells[1], cells[2]) in pairs for cells in table_rows)
