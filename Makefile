@@ -24,17 +24,21 @@ wordnet:
 	  ($(SUDO) apt-get update >/dev/null && \
 	   $(SUDO) apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index >/dev/null)
 
+# The sample's LLM answers come from samples/coco/hard_positives_replay.jsonl (hand-written, --llm_engine=replay),
+# so the whole chain runs without a model; they still go through the same validation as a model's.
 sample: setup
 	$(BIN)/python -m pipeline.run --stage=eval_sets \
 	  --vl_checklist_root=samples/vl_checklist \
 	  --aro_vga=samples/aro/visual_genome_attribution.json \
 	  --output_dir=$(SAMPLE_OUT)/eval_sets
-	$(BIN)/python -m pipeline.run --stage=train_negatives \
-	  --coco_captions=samples/coco/captions_sample.json --negative_types=all \
-	  --output_dir=$(SAMPLE_OUT)/train_negatives
 	$(BIN)/python -m pipeline.run --stage=order_eval \
 	  --coco_captions=samples/coco/captions_sample.json \
 	  --output_dir=$(SAMPLE_OUT)/order_eval
+	$(BIN)/python -m pipeline.run --stage=all \
+	  --coco_captions=samples/coco/captions_sample.json --negative_types=all \
+	  --llm_engine=replay --llm_replay=samples/coco/hard_positives_replay.jsonl --model=hand-written-sample \
+	  --cache_dir=$(SAMPLE_OUT)/llm_cache --output_dir=$(SAMPLE_OUT)/all
+	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 
 test: setup
 	$(BIN)/python -m pytest -q tests

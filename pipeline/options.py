@@ -5,7 +5,7 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all")
+STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all", "images", "publish")
 
 
 class UsageError(Exception):
@@ -27,7 +27,9 @@ class HardposOptions(PipelineOptions):
                                  "hard negatives for COCO captions; order_eval = ARO COCO-Order table; "
                                  "hard_positives = LLM rewrites of COCO captions; train_set = captions joined with "
                                  "their hard positive and hard negative; all = train_negatives + hard_positives + "
-                                 "train_set in one pipeline (and eval_sets when its inputs are given).")
+                                 "train_set in one pipeline; images = fetch the images a table refers to "
+                                 "(img2dataset); publish = arrange the tables as a Hub dataset folder with its "
+                                 "card, and upload it.")
         parser.add_argument("--output_dir", help="Folder (local or gs://) for tables, dead letters and report.json.")
         parser.add_argument("--vl_checklist_root",
                             help="VL-CheckList root holding Attribute/vg/*.json and Relation/vg/*.json (REPLACE).")
@@ -49,9 +51,12 @@ class HardposOptions(PipelineOptions):
         parser.add_argument("--positive_types", default="replace,swap",
                             help="LLM hard positives to ask for: replace, swap, replace_verb, replace_preposition "
                                  "(default replace,swap). For train_set: the order of preference.")
-        parser.add_argument("--llm_engine", choices=("vllm", "openai", "transformers"),
+        parser.add_argument("--llm_engine", choices=("vllm", "openai", "transformers", "replay"),
                             help="vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible server at "
-                                 "--llm_base_url) or transformers (HF generate, CPU or GPU).")
+                                 "--llm_base_url), transformers (HF generate, CPU or GPU) or replay (answers "
+                                 "recorded earlier in --llm_replay, e.g. another run's or a paper's outputs).")
+        parser.add_argument("--llm_replay", default=None,
+                            help="replay engine: JSONL of {positive_type, caption, text} answers.")
         parser.add_argument("--model", help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf.")
         parser.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
         parser.add_argument("--chat_format", default="llama2", help="llama2 ([INST] ... [/INST], default) or none.")
@@ -80,6 +85,40 @@ class HardposOptions(PipelineOptions):
                             help="train_set: folder with hard_positives/ (default --output_dir).")
         parser.add_argument("--train_negatives_dir", default=None,
                             help="train_set: folder with train_negatives/ (default --output_dir).")
+        # images
+        parser.add_argument("--image_tables", default=None,
+                            help="images: comma-separated tables under --output_dir whose images to fetch "
+                                 "(default: every table found there with an image column).")
+        parser.add_argument("--image_root", default=None,
+                            help="images: local folder or URL prefix that Visual Genome image_path values are "
+                                 "relative to (REPLACE and SWAP rows); COCO rows use their image_url.")
+        parser.add_argument("--images_dir", default=None, help="images: output folder (default <output_dir>/images).")
+        parser.add_argument("--image_format", default="webdataset", choices=("webdataset", "parquet"),
+                            help="images: img2dataset output format.")
+        parser.add_argument("--image_size", type=int, default=0,
+                            help="images: resize so the shorter side is N pixels (img2dataset keep_ratio); 0 keeps "
+                                 "the original size, so ARO boxes apply unscaled (default).")
+        parser.add_argument("--images_per_shard", type=_positive_int, default=10_000,
+                            help="images: images per output shard.")
+        parser.add_argument("--image_processes", type=_positive_int, default=1,
+                            help="images: img2dataset download processes.")
+        parser.add_argument("--image_threads", type=_positive_int, default=16,
+                            help="images: download threads per process.")
+        parser.add_argument("--image_timeout", type=float, default=10.0, help="images: seconds per download.")
+        parser.add_argument("--image_retries", type=int, default=0, help="images: retries per failed download.")
+        parser.add_argument("--retry_failed_images", action="store_true", default=False,
+                            help="images: ask again for images that failed in an earlier run (default: only "
+                                 "images never tried).")
+        # publish
+        parser.add_argument("--hub_repo", default=None,
+                            help="publish: Hub dataset repository ORG/NAME to upload to (the token comes from "
+                                 "HF_TOKEN or `huggingface-cli login`, never from a flag).")
+        parser.add_argument("--private", action="store_true", default=False,
+                            help="publish: create the Hub repository as private.")
+        parser.add_argument("--publish_dir", default=None,
+                            help="publish: local folder for the Hub layout (default <output_dir>/hub).")
+        parser.add_argument("--progress_seconds", type=float, default=5.0,
+                            help="Seconds between progress lines while a pipeline runs; 0 turns them off.")
         parser.add_argument("--rows_per_shard", type=_positive_int, default=100_000,
                             help="Rows per Parquet shard; the shard count follows from the row count.")
 
@@ -95,6 +134,16 @@ def type_list(flag: str, value: str, choices, allow_all: bool = False) -> list[s
         raise UsageError(f"{flag}: unknown type {unknown[0] if unknown else '(none)'}; "
                          f"choose from {', '.join(choices)}{' or all' if allow_all else ''}")
     return list(dict.fromkeys(names))
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """Beam's own --dry_run (TestOptions: "do not submit") takes a value; a bare --dry_run means true."""
+    return ["--dry_run=true" if a == "--dry_run" else a for a in argv]
+
+
+def is_dry_run(options: PipelineOptions) -> bool:
+    value = options.get_all_options().get("dry_run")
+    return str(value).lower() in ("true", "1", "yes")
 
 
 def unknown_flags(argv: list[str]) -> list[str]:

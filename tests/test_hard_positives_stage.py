@@ -215,3 +215,13 @@ def test_missing_llm_flags_fail_fast_with_one_line(tmp_path, capsys):
     assert "--llm_base_url" in capsys.readouterr().err
     assert main(["--stage=train_set", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path}"]) == 2
     assert "run --stage=hard_positives first" in capsys.readouterr().err
+    base = ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path}",
+            "--llm_engine=replay", "--model=x", f"--cache_dir={tmp_path / 'c'}"]
+    assert main(base) == 2
+    assert "--llm_engine=replay needs --llm_replay" in capsys.readouterr().err
+    assert main([*base, f"--llm_replay={tmp_path / 'missing.jsonl'}"]) == 2
+    assert "--llm_replay: cannot read" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    assert main([*base, f"--llm_replay={bad}"]) == 2
+    assert "bad.jsonl:1: needs string fields" in capsys.readouterr().err

@@ -83,3 +83,37 @@ def test_cache_key_changes_with_every_part():
         changed[i] = other
         keys.add(cache_key(*changed))
     assert len(keys) == 6
+
+
+def test_replay_engine_answers_recorded_captions_and_fails_the_rest(tmp_path):
+    import json
+
+    from pipeline.llm.engines import EngineConfig, ReplayEngine
+    from pipeline.llm.prompts import load_prompt
+
+    path = tmp_path / "answers.jsonl"
+    path.write_text(json.dumps({"positive_type": "replace", "caption": CAPTION, "text": "A man seated on a bench."})
+                    + "\n\n" + json.dumps({"positive_type": "swap", "caption": CAPTION, "text": "x"}) + "\n")
+    for chat_format in ("llama2", "none"):
+        engine = ReplayEngine(EngineConfig("replay", "m", replay_path=str(path), chat_format=chat_format))
+        known = load_prompt("replace").render(CAPTION, chat_format)
+        other = load_prompt("replace").render("Another caption.", chat_format)
+        got = engine.generate([known, other], [Sampling(30), Sampling(30)])
+        assert got[0] == Generation("A man seated on a bench.", "stop", 6)
+        assert got[1].finish_reason == "error" and "no recorded answer" in got[1].error
+        # the same caption under another prompt is another answer
+        assert engine.generate([load_prompt("swap").render(CAPTION, chat_format)], [Sampling(20)])[0].text == "x"
+
+
+def test_replay_files_with_bad_lines_are_refused_naming_the_line(tmp_path):
+    import pytest
+
+    from pipeline.llm.engines import ReplayError, read_replay
+
+    for body, message in (('{"positive_type": "replace", "caption": "c"}\n', ":1: needs string fields"),
+                          ('{"positive_type": "replace", "caption": "c", "text": "t"}\nnot json\n', ":2: not JSON"),
+                          ('{"positive_type": "rewrite", "caption": "c", "text": "t"}\n', "unknown positive_type")):
+        path = tmp_path / "bad.jsonl"
+        path.write_text(body)
+        with pytest.raises(ReplayError, match=message):
+            read_replay(str(path))

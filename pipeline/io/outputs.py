@@ -10,6 +10,7 @@ from apache_beam.metrics import Metrics
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
 from pipeline.io.parquet import WriteParquetTable, shard_pattern
+from pipeline.io.progress import Tick
 from pipeline.io.schema import SchemaViolation, TableSchema, load_schema
 from pipeline.perturb.outcomes import Reject
 
@@ -72,6 +73,7 @@ class WriteTableOutputs(beam.PTransform):
     def expand(self, inputs):
         checked = inputs["rows"] | "CheckSchema" >> beam.ParDo(
             _CheckSchema(self.stage, self.table, self.schema)).with_outputs(REJECTED, main="rows")
+        _ = checked.rows | "ProgressRows" >> beam.ParDo(Tick(self.table, "rows"))
         written = checked.rows | "WriteRows" >> WriteParquetTable(
             FileSystems.join(self.output_dir, self.table), self.schema, rows_per_shard=self.rows_per_shard)
         counts = [
@@ -84,6 +86,8 @@ class WriteTableOutputs(beam.PTransform):
                 inputs["emitted"] | "CountEmitted" >> beam.Map(lambda f, t: (("emitted", t, f), 1), self.table))
         dead_schema = load_schema(DEAD_LETTER_SCHEMA)
         for kind, letters in ((REJECTED, (inputs[REJECTED], checked[REJECTED])), (DISCARDED, (inputs[DISCARDED],))):
+            for i, part in enumerate(letters):  # before the Flatten, so the ticks come as the letters do
+                _ = part | f"Progress{kind.title()}{i}" >> beam.ParDo(Tick(self.table, kind))
             dead = letters | f"All{kind.title()}" >> beam.Flatten()
             counts.append(dead | f"Count{kind.title()}" >> beam.FlatMap(_count_dead, self.table))
             _ = dead | f"Write{kind.title()}" >> WriteParquetTable(

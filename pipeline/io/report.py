@@ -107,3 +107,19 @@ def format_summary(report: dict) -> str:
                 top = ", ".join(f"{r} {n}" for r, n in list(t[kind].items())[:6])
                 lines.append(f"  {name} {kind.replace('_', ' ')}: {top}")
     return "\n".join(lines)
+
+
+def format_markdown(report: dict) -> str:
+    """The report as markdown (written beside report.json as report.md): the summary table, then the reasons."""
+    lines = [f"# {report['stage']}: {report['output_dir']}", "",
+             "| table | read | emitted | rows | discarded | rejected | balanced |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for name, t in report["tables"].items():
+        lines.append(f"| {name} | {t['read']:,} | {t.get('emitted', t['rows']):,} | {t['rows']:,} | "
+                     f"{t[DISCARDED]:,} | {t[REJECTED]:,} | {'yes' if t['balanced'] else 'NO'} |")
+    for name, t in report["tables"].items():
+        for kind in ("discard_reasons", "reject_reasons"):
+            if t.get(kind):
+                lines += ["", f"**{name}, {kind.replace('_', ' ')}**", "", "| reason | count |", "|---|---:|"]
+                lines += [f"| {reason} | {n:,} |" for reason, n in t[kind].items()]
+    return "\n".join(lines) + "\n"

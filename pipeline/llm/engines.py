@@ -5,6 +5,9 @@
 - openai: any OpenAI-compatible completions server (`vllm serve`, TGI, SGLang): POST {base_url}/completions
   over plain HTTP, bounded concurrency, timeouts, retries with exponential backoff.
 - transformers: HF `generate` with left padding, on CPU or GPU.
+- replay: answers recorded earlier ({positive_type, caption, text} per JSONL line: another run's outputs, hard
+  positives released with a paper, or the hand-written answers that let the sample run without a model),
+  matched to prompts by rendering each record's prompt; the answers still go through validation.
 Heavy libraries are imported inside the engine that needs them. A request that still fails after its retries
 comes back as finish_reason "error" (never cached, so a re-run asks again) instead of stopping the run.
 """
@@ -18,7 +21,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-ENGINES = ("vllm", "openai", "transformers")
+ENGINES = ("vllm", "openai", "transformers", "replay")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
+    replay_path: str = ""
+    chat_format: str = "llama2"
     extra: dict = field(default_factory=dict)
 
 
@@ -71,6 +76,8 @@ def make_engine(config: EngineConfig):
         return OpenAIEngine(config)
     if config.engine == "vllm":
         return VLLMEngine(config)
+    if config.engine == "replay":
+        return ReplayEngine(config)
     raise ValueError(f"unknown engine {config.engine!r}; choose from {', '.join(ENGINES)}")
 
 
@@ -201,3 +208,47 @@ class VLLMEngine:
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [Generation(o.outputs[0].text, o.outputs[0].finish_reason or "stop", len(o.outputs[0].token_ids))
                 for o in outputs]
+
+
+class ReplayError(ValueError):
+    """A replay file that cannot be used; the message names the file and line."""
+
+
+def read_replay(path: str) -> list[dict]:
+    """The records of a replay file: one JSON object per line with positive_type, caption and text."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.llm.prompts import POSITIVE_TYPES
+
+    records = []
+    with FileSystems.open(path) as f:
+        for number, line in enumerate(f.read().decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise ReplayError(f"{path}:{number}: not JSON ({e})") from None
+            if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
+                                                       for k in ("positive_type", "caption", "text")):
+                raise ReplayError(f"{path}:{number}: needs string fields positive_type, caption and text")
+            if record["positive_type"] not in POSITIVE_TYPES:
+                raise ReplayError(f"{path}:{number}: unknown positive_type {record['positive_type']!r}")
+            records.append(record)
+    return records
+
+
+class ReplayEngine:
+    def __init__(self, config: EngineConfig):
+        from pipeline.llm.prompts import load_prompt
+
+        if not config.replay_path:
+            raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
+        self.answers = {}
+        for record in read_replay(config.replay_path):
+            prompt = load_prompt(record["positive_type"]).render(record["caption"], config.chat_format)
+            self.answers[prompt] = record["text"]
+
+    def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
+        return [Generation(self.answers[p], "stop", len(self.answers[p].split())) if p in self.answers
+                else Generation("", "error", 0, "no recorded answer for this prompt") for p in prompts]

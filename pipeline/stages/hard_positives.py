@@ -12,14 +12,12 @@ import json
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.ml.inference.base import RunInference
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
 from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
-from pipeline.llm.engines import ENGINES, EngineConfig, Sampling
-from pipeline.llm.handler import HardPositiveHandler
+from pipeline.llm.engines import ENGINES, EngineConfig, ReplayError, Sampling, read_replay
 from pipeline.llm.prompts import CHAT_FORMATS, POSITIVE_TYPES, load_prompt, wants
 from pipeline.llm.validate import shared_validator
 from pipeline.options import HardposOptions, UsageError, type_list
@@ -40,7 +38,8 @@ def engine_config(opts: HardposOptions) -> EngineConfig:
                         concurrency=opts.llm_concurrency, timeout_s=opts.llm_timeout,
                         device=opts.llm_device, batch_size=opts.llm_batch_size,
                         tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
-                        gpu_memory_utilization=opts.gpu_memory_utilization)
+                        gpu_memory_utilization=opts.gpu_memory_utilization,
+                        replay_path=opts.llm_replay or "", chat_format=opts.chat_format)
 
 
 def base_sampling(opts: HardposOptions) -> Sampling:
@@ -166,6 +165,15 @@ def check_inputs(opts: HardposOptions) -> None:
         raise UsageError("--cache_dir is required (LLM results are kept there so a re-run asks nothing twice)")
     if opts.llm_engine == "openai" and not opts.llm_base_url:
         raise UsageError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
+    if opts.llm_engine == "replay":
+        if not opts.llm_replay:
+            raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of positive_type, caption, text)")
+        try:
+            read_replay(opts.llm_replay)
+        except OSError as e:
+            raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
+        except ReplayError as e:
+            raise UsageError(f"--llm_replay: {e}") from None
     if opts.chat_format not in CHAT_FORMATS:
         raise UsageError(f"--chat_format: one of {', '.join(CHAT_FORMATS)}")
     positive_types(opts)
@@ -193,6 +201,11 @@ def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
     split = joined | "SplitHits" >> beam.ParDo(_SplitHits(opts.llm_retries)).with_outputs(_SplitHits.MISS,
                                                                                          main="hit")
     wordnet = opts.positive_checks == "wordnet"
+    # Beam's inference module imports torch when it is installed (seconds): only when this graph is built.
+    from apache_beam.ml.inference.base import RunInference
+
+    from pipeline.llm.handler import HardPositiveHandler
+
     handler = HardPositiveHandler(engine_config(opts), opts.cache_dir, base, opts.llm_retries,
                                   opts.retry_temperature, functools.partial(shared_validator, wordnet),
                                   opts.llm_batch_size)

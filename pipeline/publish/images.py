@@ -1,0 +1,615 @@
+"""The images the tables refer to, fetched with img2dataset into shards, indexed per row, and read back. No Beam.
+
+<images_dir> holds
+  shards/NNNNN.tar, NNNNN.parquet, NNNNN_stats.json   img2dataset output (webdataset: images in the tar, the
+                                                     .parquet holds every attempt's status), or
+  shards/NNNNN.parquet, NNNNN_stats.json              (parquet: the image bytes in its `jpg` column)
+  index/<table>.parquet                               one row per (table, example_id): its image's shard and key
+  settings.json                                       format and size of the shards, fixed by the first run
+  report.json                                         the last run's report
+
+Each image is fetched once for all tables (COCO rows share it by image_id, Visual Genome rows by image_path).
+A run asks img2dataset only for images no complete shard holds or failed on (those too with retry_failed),
+numbering its shards after the existing ones (incremental_mode="extend"), so a re-run fetches nothing twice.
+A shard is complete once img2dataset wrote its _stats.json: the files of an incomplete one (an interrupted
+run) are removed and its images asked for again by the next run.
+
+img2dataset keeps the original bytes when it does not resize (skip_reencode), and OpenCV decodes some corrupt
+JPEGs that PIL refuses. So every complete shard is checked once with PIL: an image that does not decode is
+taken out of the shard and its attempt marked failed_to_decode; the shard's stats then get hardpos_verified.
+(When resizing, img2dataset re-encodes what OpenCV decoded, so such damage cannot be seen afterwards.)
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import tarfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+SHARDS = "shards"
+INDEX = "index"
+SETTINGS_FILE = "settings.json"
+INSTALL_HINT = "pip install -e '.[images]'"
+URL_SCHEMES = ("http://", "https://", "ftp://", "file://")
+BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
+IMAGE_EXT = "jpg"  # img2dataset encode_format: the tar member suffix and the parquet image column
+DECODE_FAILED = "failed_to_decode"
+VERIFIED = "hardpos_verified"
+FAILURES_LISTED = 100
+_SHARD_FILE = re.compile(r"^(\d+)(\.tar|\.parquet|_stats\.json)$")
+_META_COLUMNS = ["key", "image_key", "url", "status", "error_message", "width", "height", "original_width",
+                 "original_height", "sha256"]
+
+_INDEX_FIELDS = [
+    ("table", pa.string(), "Table folder the row comes from."),
+    ("example_id", pa.string(), "The row's example_id."),
+    ("image_key", pa.string(), "The image across tables: coco/<image_id>, vg/<image_path> or url/<url>."),
+    ("url", pa.string(), "Where the image was (or would be) fetched from."),
+    ("status", pa.string(), "ok (in the shards), failed, or no_image (the row names no image)."),
+    ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, ..., no_image_url, no_image_path."),
+    ("error", pa.string(), "The failure's message (img2dataset's, or PIL's for a decode check)."),
+    ("shard", pa.string(), "Shard file holding the image, relative to the images folder."),
+    ("key", pa.string(), "The image's key inside the shard (tar member <key>.jpg, or the parquet `key`)."),
+    ("width", pa.int32(), "Stored image width."),
+    ("height", pa.int32(), "Stored image height."),
+    ("original_width", pa.int32(), "Width before resizing (the box's pixel space)."),
+    ("original_height", pa.int32(), "Height before resizing."),
+    ("sha256", pa.string(), "sha256 of the fetched bytes."),
+    ("bbox_x", pa.float64(), "SWAP rows: ARO crop box left, in original pixels."),
+    ("bbox_y", pa.float64(), "SWAP rows: crop box top."),
+    ("bbox_w", pa.float64(), "SWAP rows: crop box width."),
+    ("bbox_h", pa.float64(), "SWAP rows: crop box height."),
+    ("table_rows", pa.int64(), "Table rows with this example_id and image (e.g. one per hard negative)."),
+]
+INDEX_SCHEMA = pa.schema([pa.field(n, t, nullable=n not in ("table", "example_id", "status", "table_rows"),
+                                   metadata={"description": d}) for n, t, d in _INDEX_FIELDS],
+                         metadata={"hardpos.index": "images"})
+
+
+# ---------------------------------------------------------------------------------------------- what to fetch
+
+@dataclass(frozen=True)
+class ImageRef:
+    """The image of one table row. `key` is None when the row names no image; `missing` then says why."""
+    example_id: str
+    key: str | None
+    url: str | None
+    missing: str | None = None
+    bbox: tuple[float, float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class ImageTable:
+    name: str
+    rows_read: int  # rows in the table's files, counted apart from refs so the report can check the sum
+    refs: list[ImageRef]
+
+
+def is_url(root: str) -> bool:
+    return root.startswith(URL_SCHEMES)
+
+
+def vg_url(image_root: str, image_path: str) -> str:
+    """A Visual Genome image_path under --image_root: a URL prefix, or a local folder as a file:// URL
+    (img2dataset fetches with urllib, which reads file:// URLs, so local images give the same shards)."""
+    if is_url(image_root):
+        return image_root.rstrip("/") + "/" + quote(image_path.lstrip("/"), safe="/")
+    return (Path(image_root).resolve() / image_path).as_uri()
+
+
+def row_ref(row: dict, image_root: str | None) -> ImageRef:
+    """The image of a table row: COCO-derived tables by image_url (keyed by image_id), VG ones by image_path."""
+    example_id = row["example_id"]
+    bbox = tuple(float(row[c]) for c in BBOX) if all(row.get(c) is not None for c in BBOX) else None
+    if "image_url" in row:
+        url = row["image_url"]
+        if not url:
+            return ImageRef(example_id, None, None, "no_image_url", bbox)
+        key = f"coco/{row['image_id']}" if row.get("image_id") is not None else f"url/{url}"
+        return ImageRef(example_id, key, url, None, bbox)
+    path = row.get("image_path")
+    if not path:
+        return ImageRef(example_id, None, None, "no_image_path", bbox)
+    if image_root is None:
+        raise ValueError("rows with image_path need an image root")
+    return ImageRef(example_id, f"vg/{path}", vg_url(image_root, path), None, bbox)
+
+
+def failure_reason(status: str, error: str | None) -> str:
+    """A short reason for the report from img2dataset's status and error message."""
+    error = error or ""
+    if status == DECODE_FAILED or error == "Image decoding error":
+        return "decode_error"
+    http = re.match(r"HTTP Error (\d+)", error)
+    if http:
+        return f"http_{http.group(1)}"
+    lowered = error.lower()
+    for needle, reason in (("timed out", "timeout"), ("no such file", "file_not_found"),
+                           ("connection refused", "connection_refused"), ("name or service not known", "dns_error"),
+                           ("name resolution", "dns_error"), ("x-robots-tag", "disallowed_by_robots"),
+                           ("hash mismatch", "hash_mismatch")):
+        if needle in lowered:
+            return reason
+    return "image_rejected" if status == "failed_to_resize" else "download_error"
+
+
+# ---------------------------------------------------------------------------------------------- shards on disk
+
+@dataclass(frozen=True)
+class Attempt:
+    """One img2dataset attempt at an image, as its shard's metadata records it."""
+    image_key: str
+    shard: str  # data file relative to the images folder: shards/00003.tar or shards/00003.parquet
+    key: str
+    url: str
+    status: str
+    error: str | None
+    width: int | None
+    height: int | None
+    original_width: int | None
+    original_height: int | None
+    sha256: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+
+def _shard_files(shards_dir: str) -> dict[str, set[str]]:
+    """Shard name (00003) -> its file suffixes (.tar, .parquet, _stats.json)."""
+    shards: dict[str, set[str]] = {}
+    for name in os.listdir(shards_dir) if os.path.isdir(shards_dir) else ():
+        match = _SHARD_FILE.match(name)
+        if match:
+            shards.setdefault(match.group(1), set()).add(match.group(2))
+    return shards
+
+
+def complete_shards(shards_dir: str) -> list[str]:
+    return sorted(name for name, files in _shard_files(shards_dir).items() if "_stats.json" in files)
+
+
+def drop_incomplete_shards(shards_dir: str) -> list[str]:
+    """Remove the files of shards img2dataset did not finish (no _stats.json); their images count as never tried."""
+    dropped = sorted(name for name, files in _shard_files(shards_dir).items() if "_stats.json" not in files)
+    for name in dropped:
+        for suffix in (".tar", ".parquet"):
+            path = os.path.join(shards_dir, name + suffix)
+            if os.path.exists(path):
+                os.remove(path)
+    return dropped
+
+
+def shard_data_file(shards_dir: str, name: str) -> str:
+    tar = os.path.join(shards_dir, f"{name}.tar")
+    return tar if os.path.exists(tar) else os.path.join(shards_dir, f"{name}.parquet")
+
+
+def read_attempts(images_dir: str) -> dict[str, Attempt]:
+    """image_key -> the attempt that counts: the first success, else the latest failure."""
+    shards_dir = os.path.join(images_dir, SHARDS)
+    chosen: dict[str, Attempt] = {}
+    for name in complete_shards(shards_dir):
+        data = os.path.relpath(shard_data_file(shards_dir, name), images_dir).replace(os.sep, "/")
+        meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=_META_COLUMNS).to_pylist()
+        for row in meta:
+            attempt = Attempt(row["image_key"], data, row["key"], row["url"], row["status"], row["error_message"],
+                              row["width"], row["height"], row["original_width"], row["original_height"],
+                              row["sha256"])
+            previous = chosen.get(attempt.image_key)
+            if previous is None or not previous.ok:
+                chosen[attempt.image_key] = attempt
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------- decode check
+
+def check_image(data: bytes) -> str | None:
+    """None if PIL decodes every byte of the image, else the error."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            # JPEG at 1/8 scale: far cheaper, and the decoder still reads (and checks) the whole stream.
+            image.draft(None, (max(1, image.width // 8), max(1, image.height // 8)))
+            image.load()
+    except Exception as e:  # PIL raises many types for bad data
+        return f"PIL {type(e).__name__}: {e}"
+    return None
+
+
+def _shard_images(shards_dir: str, name: str) -> Iterator[tuple[str, bytes]]:
+    """(key, image bytes) of every image stored in the shard."""
+    path = shard_data_file(shards_dir, name)
+    if path.endswith(".tar"):
+        with tarfile.open(path) as tar:
+            for member in tar:
+                if member.isfile() and member.name.endswith(f".{IMAGE_EXT}"):
+                    yield member.name[:-len(IMAGE_EXT) - 1], tar.extractfile(member).read()
+        return
+    parquet = pq.ParquetFile(path)
+    for group in range(parquet.num_row_groups):
+        table = parquet.read_row_group(group, columns=["key", IMAGE_EXT])
+        for key, data in zip(table["key"].to_pylist(), table[IMAGE_EXT].to_pylist(), strict=True):
+            if data is not None:
+                yield key, data
+
+
+def _batches(items: Iterable, size: int) -> Iterator[list]:
+    items = iter(items)
+    while batch := list(islice(items, size)):
+        yield batch
+
+
+def _write_atomic(path: str, write) -> None:
+    tmp = path + ".tmp"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _drop_samples(shards_dir: str, name: str, bad: dict[str, str]) -> None:
+    """Take the images in `bad` (key -> error) out of the shard and mark their attempts failed_to_decode."""
+    tar_path = os.path.join(shards_dir, f"{name}.tar")
+    if os.path.exists(tar_path):
+        def write_tar(tmp):
+            with tarfile.open(tar_path) as src, tarfile.open(tmp, "w") as dst:
+                for member in src:
+                    if member.name.split(".", 1)[0] not in bad:
+                        dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+        _write_atomic(tar_path, write_tar)
+    meta_path = os.path.join(shards_dir, f"{name}.parquet")
+    table = pq.read_table(meta_path)
+    hit = pc.is_in(table["key"], value_set=pa.array(sorted(bad), pa.string()))
+    errors = [bad.get(k, e) for k, e in zip(table["key"].to_pylist(), table["error_message"].to_pylist(), strict=True)]
+    columns = {"status": pc.if_else(hit, pa.scalar(DECODE_FAILED), table["status"]),
+               "error_message": pa.array(errors, pa.string())}
+    for column in ("width", "height", "original_width", "original_height", "sha256", IMAGE_EXT):
+        if column in table.column_names:
+            columns[column] = pc.if_else(hit, pa.scalar(None, table.schema.field(column).type), table[column])
+    for column, values in columns.items():
+        i = table.schema.get_field_index(column)
+        table = table.set_column(i, table.schema.field(i), values)
+    # Small row groups, as img2dataset writes them, so a reader can fetch one image without the whole shard.
+    _write_atomic(meta_path, lambda tmp: pq.write_table(table, tmp, row_group_size=100))
+
+
+def verify_shards(images_dir: str, threads: int = 4) -> dict[str, str]:
+    """Check the images of every complete shard not checked yet; returns image_key -> error of those taken out."""
+    shards_dir = os.path.join(images_dir, SHARDS)
+    removed: dict[str, str] = {}
+    for name in complete_shards(shards_dir):
+        stats_path = os.path.join(shards_dir, f"{name}_stats.json")
+        stats = json.loads(Path(stats_path).read_text())
+        if stats.get(VERIFIED):
+            continue
+        meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "image_key", "status"])
+        meta = {column: meta[column].to_pylist() for column in meta.column_names}
+        image_keys = dict(zip(meta["key"], meta["image_key"], strict=True))
+        successes = {k for k, status in zip(meta["key"], meta["status"], strict=True) if status == "success"}
+        bad: dict[str, str] = {}
+        seen = set()
+        with ThreadPoolExecutor(max(1, threads)) as pool:  # PIL decodes outside the GIL
+            for batch in _batches(_shard_images(shards_dir, name), 64):
+                for (key, _), error in zip(batch, pool.map(check_image, [d for _, d in batch]), strict=True):
+                    seen.add(key)
+                    if error:
+                        bad[key] = error
+        # A success whose bytes are gone (a run stopped between rewriting the tar and its metadata).
+        bad.update({key: "image missing from its shard" for key in successes - seen})
+        if bad:
+            _drop_samples(shards_dir, name, bad)
+            lost = len(successes & bad.keys())
+            stats["successes"] -= lost
+            stats["failed_to_decode"] = stats.get("failed_to_decode", 0) + lost
+            status_dict = stats.setdefault("status_dict", {})
+            status_dict["success"] = status_dict.get("success", 0) - lost
+            status_dict[DECODE_FAILED] = status_dict.get(DECODE_FAILED, 0) + lost
+        stats[VERIFIED] = True
+        _write_atomic(stats_path, lambda tmp, s=stats: Path(tmp).write_text(json.dumps(s, indent=4)))
+        removed.update({image_keys[k]: e for k, e in bad.items()})
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+def settings_problem(images_dir: str, image_format: str, image_size: int) -> str | None:
+    """Why these settings cannot add to the shards already in images_dir (None if they can)."""
+    path = os.path.join(images_dir, SETTINGS_FILE)
+    if not os.path.exists(path):
+        return None
+    earlier = json.loads(Path(path).read_text())
+    for flag, value in (("image_format", image_format), ("image_size", image_size)):
+        if earlier.get(flag) != value:
+            return (f"--{flag}={value}, but the shards in {images_dir} were made with --{flag}={earlier.get(flag)}; "
+                    f"use that or another --images_dir")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- fetch
+
+@dataclass(frozen=True)
+class FetchConfig:
+    images_dir: str
+    image_format: str = "webdataset"
+    image_size: int = 0
+    images_per_shard: int = 10_000
+    processes: int = 1
+    threads: int = 16
+    timeout: float = 10.0
+    retries: int = 0
+    retry_failed: bool = False
+
+
+def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
+    # albumentations (imported by img2dataset) asks the network for a newer version unless told not to.
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    try:
+        from img2dataset import download
+    except ImportError as e:
+        raise ImportError(f"--stage=images needs img2dataset: {INSTALL_HINT} ({e})") from e
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        download(
+            url_list=input_path, input_format="parquet", url_col="url", save_additional_columns=["image_key"],
+            output_folder=shards_dir, output_format=config.image_format, incremental_mode="extend",
+            # Size 0 keeps the original pixels (and bytes), so ARO boxes apply as they are.
+            resize_mode="keep_ratio" if config.image_size else "no", image_size=config.image_size or 256,
+            skip_reencode=True, encode_format=IMAGE_EXT, extract_exif=False, compute_hash="sha256",
+            number_sample_per_shard=config.images_per_shard, processes_count=config.processes,
+            thread_count=config.threads, timeout=config.timeout, retries=config.retries,
+            distributor="multiprocessing", enable_wandb=False, user_agent_token="hardpos")
+    except SystemExit:  # img2dataset's Ctrl-C handler exits with status 0; an interrupted run must not look done
+        raise KeyboardInterrupt("image download interrupted; run the stage again to go on") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)  # img2dataset leaves its handler installed
+
+
+def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
+    """image_key -> url, each image once for all tables (the smallest url when rows disagree)."""
+    urls: dict[str, str] = {}
+    for table in tables:
+        for ref in table.refs:
+            if ref.key is not None and (ref.key not in urls or ref.url < urls[ref.key]):
+                urls[ref.key] = ref.url
+    return urls
+
+
+def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
+    """Fetches what is missing, checks it, writes index/<table>.parquet; returns the report (no stage keys)."""
+    images_dir = config.images_dir
+    shards_dir = os.path.join(images_dir, SHARDS)
+    problem = settings_problem(images_dir, config.image_format, config.image_size)
+    if problem:
+        raise ValueError(problem)
+    os.makedirs(shards_dir, exist_ok=True)
+    settings = {"image_format": config.image_format, "image_size": config.image_size}
+    _write_atomic(os.path.join(images_dir, SETTINGS_FILE), lambda tmp: Path(tmp).write_text(json.dumps(settings)))
+
+    dropped = drop_incomplete_shards(shards_dir)
+    decode_failures = verify_shards(images_dir, config.threads)  # shards a stopped run left unchecked
+    before = read_attempts(images_dir)
+    wanted = wanted_images(tables)
+    todo = sorted(k for k in wanted if k not in before or (config.retry_failed and not before[k].ok))
+    if todo:
+        input_path = os.path.join(shards_dir, "_fetch_list.parquet")  # not a shard name: never read as one
+        pq.write_table(pa.table({"url": [wanted[k] for k in todo], "image_key": todo}), input_path)
+        _download(input_path, shards_dir, config)
+        os.remove(input_path)
+        dropped += drop_incomplete_shards(shards_dir)
+        decode_failures.update(verify_shards(images_dir, config.threads))
+    after = read_attempts(images_dir) if todo else before
+
+    tried = set(todo)
+    status = {key: _image_status(after.get(key)) for key in wanted}
+    failures = [{"image_key": key, "url": (after[key].url if key in after else wanted[key]), "reason": reason,
+                 "error": error, "tried": "this run" if key in tried else "earlier run"}
+                for key, (state, reason, error) in sorted(status.items()) if state == "failed"]
+    index_paths = {}
+    sections = {}
+    for table in tables:
+        rows = index_rows(table, after, status)
+        index_paths[table.name] = write_index(images_dir, table.name, rows)
+        sections[table.name] = _table_section(table, rows, status, tried, index_paths[table.name])
+    ok = [k for k, (state, _, _) in status.items() if state == "ok"]
+    return {
+        "images_dir": images_dir,
+        "image_format": config.image_format,
+        "image_size": config.image_size,
+        "tables": sections,
+        "images": {
+            "wanted": len(wanted),
+            "in_shards": len(ok),
+            "fetched": sum(k in tried for k in ok),
+            "already_present": sum(k not in tried for k in ok),
+            "failed": len(failures),
+            "failed_this_run": sum(f["tried"] == "this run" for f in failures),
+            "failed_earlier": sum(f["tried"] == "earlier run" for f in failures),
+            "requested": len(todo),
+            "failure_reasons": dict(Counter(f["reason"] for f in failures).most_common()),
+        },
+        "shards": {
+            "complete": [os.path.relpath(shard_data_file(shards_dir, n), images_dir).replace(os.sep, "/")
+                         for n in complete_shards(shards_dir)],
+            "incomplete_removed": dropped,
+            "decode_failures_removed": len(decode_failures),
+        },
+        "failures": failures[:FAILURES_LISTED],
+        "failures_listed": min(len(failures), FAILURES_LISTED),
+        "index": index_paths,
+    }
+
+
+def _image_status(attempt: Attempt | None) -> tuple[str, str | None, str | None]:
+    if attempt is None:
+        return "failed", "not_fetched", "no complete shard holds an attempt (stopped run or failed shard)"
+    if attempt.ok:
+        return "ok", None, None
+    return "failed", failure_reason(attempt.status, attempt.error), attempt.error
+
+
+def index_rows(table: ImageTable, attempts: dict[str, Attempt], status: dict) -> list[dict]:
+    """One row per (example_id, image, box) of the table, sorted, with where its image is stored."""
+    counts = Counter((r.example_id, r.key, r.missing, r.bbox) for r in table.refs)
+    urls = {r.key: r.url for r in table.refs if r.key}
+    rows = []
+    for (example_id, key, missing, bbox), n in counts.items():
+        attempt = attempts.get(key) if key else None
+        state, reason, error = status[key] if key else ("no_image", missing, None)
+        stored = attempt if state == "ok" else None
+        rows.append({
+            "table": table.name, "example_id": example_id, "image_key": key,
+            "url": attempt.url if attempt else urls.get(key), "status": state, "reason": reason, "error": error,
+            "shard": stored and stored.shard, "key": stored and stored.key,
+            **{f: getattr(stored, f) if stored else None
+               for f in ("width", "height", "original_width", "original_height", "sha256")},
+            **dict(zip(BBOX, bbox or (None,) * 4, strict=True)), "table_rows": n,
+        })
+    rows.sort(key=lambda r: (r["example_id"], r["image_key"] or "", tuple(r[c] or 0.0 for c in BBOX)))
+    return rows
+
+
+def write_index(images_dir: str, table: str, rows: list[dict]) -> str:
+    os.makedirs(os.path.join(images_dir, INDEX), exist_ok=True)
+    relative = f"{INDEX}/{table}.parquet"
+    data = pa.Table.from_pylist(rows, schema=INDEX_SCHEMA)
+    _write_atomic(os.path.join(images_dir, relative), lambda tmp: pq.write_table(data, tmp))
+    return relative
+
+
+def _table_section(table: ImageTable, rows: list[dict], status: dict, tried: set, index_path: str) -> dict:
+    """The report section of a table: rows counted per table row, reasons per row, figures per image."""
+    counts = Counter()
+    discard, reject = Counter(), Counter()
+    for row in rows:
+        counts[row["status"]] += row["table_rows"]
+        if row["status"] == "no_image":
+            discard[row["reason"]] += row["table_rows"]
+        elif row["status"] == "failed":
+            reject[row["reason"]] += row["table_rows"]
+    keys = {r.key for r in table.refs if r.key}
+    ok = {k for k in keys if status[k][0] == "ok"}
+    rows_total = counts["ok"] + counts["no_image"] + counts["failed"]
+    return {
+        "read": table.rows_read,
+        "rows": counts["ok"],
+        "discarded": counts["no_image"],
+        "rejected": counts["failed"],
+        # read comes from the files' footers; the index rows must account for each table row once.
+        "balanced": table.rows_read == len(table.refs) == sum(r["table_rows"] for r in rows) == rows_total,
+        "discard_reasons": dict(discard.most_common()),
+        "reject_reasons": dict(reject.most_common()),
+        "images": {"wanted": len(keys), "in_shards": len(ok), "fetched": len(ok & tried),
+                   "already_present": len(ok - tried), "failed": len(keys - ok)},
+        "index": index_path,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- reading back
+
+@dataclass
+class RowImage:
+    """A row's image; `bbox` is the table's box (original pixels), `box` the same in the stored image's pixels."""
+    example_id: str
+    table: str
+    image: object  # PIL.Image.Image
+    bbox: tuple[float, float, float, float] | None
+    original_size: tuple[int, int]
+
+    @property
+    def box(self) -> tuple[float, float, float, float] | None:
+        if self.bbox is None:
+            return None
+        sx, sy = self.image.width / self.original_size[0], self.image.height / self.original_size[1]
+        x, y, w, h = self.bbox
+        return (x * sx, y * sy, (x + w) * sx, (y + h) * sy)
+
+    def crop(self):
+        """The box region for SWAP rows (ARO evaluates on the crop), else the whole image."""
+        return self.image if self.bbox is None else self.image.crop(tuple(round(v) for v in self.box))
+
+
+class ShardImages(Mapping):
+    """example_id -> RowImage, for the rows whose image is in the shards; reads webdataset or parquet shards."""
+
+    def __init__(self, images_dir: str, tables: Iterable[str] | None = None):
+        self.images_dir = images_dir
+        wanted = set(tables) if tables is not None else None
+        self._rows: dict[str, dict] = {}
+        for path in sorted(Path(images_dir, INDEX).glob("*.parquet")):
+            if wanted is not None and path.stem not in wanted:
+                continue
+            for row in pq.read_table(path).to_pylist():
+                if row["status"] != "ok":
+                    continue
+                seen = self._rows.setdefault(row["example_id"], row)
+                if seen["image_key"] != row["image_key"]:
+                    raise ValueError(f"example_id {row['example_id']} has two images: {seen['image_key']} "
+                                     f"({seen['table']}) and {row['image_key']} ({row['table']})")
+        self._tars: dict[str, tarfile.TarFile] = {}
+        self._parquet_keys: dict[str, dict[str, tuple[int, int]]] = {}
+        self._group: tuple[str, int, list] | None = None
+
+    def __getitem__(self, example_id: str) -> RowImage:
+        from PIL import Image
+
+        row = self._rows[example_id]
+        image = Image.open(io.BytesIO(self.image_bytes(row["shard"], row["key"])))
+        image.load()
+        bbox = tuple(row[c] for c in BBOX) if row["bbox_x"] is not None else None
+        return RowImage(example_id, row["table"], image, bbox, (row["original_width"], row["original_height"]))
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self):
+        return len(self._rows)
+
+    def index_row(self, example_id: str) -> dict:
+        return self._rows[example_id]
+
+    def image_bytes(self, shard: str, key: str) -> bytes:
+        path = os.path.join(self.images_dir, shard)
+        if shard.endswith(".tar"):
+            if path not in self._tars:
+                self._tars[path] = tarfile.open(path)
+            return self._tars[path].extractfile(f"{key}.{IMAGE_EXT}").read()
+        if path not in self._parquet_keys:
+            parquet = pq.ParquetFile(path)
+            self._parquet_keys[path] = {
+                k: (group, offset) for group in range(parquet.num_row_groups)
+                for offset, k in enumerate(parquet.read_row_group(group, columns=["key"])["key"].to_pylist())}
+        group, offset = self._parquet_keys[path][key]
+        if self._group is None or self._group[:2] != (path, group):  # rows are mostly read in order: keep one group
+            self._group = (path, group, pq.ParquetFile(path).read_row_group(group, columns=[IMAGE_EXT])[IMAGE_EXT])
+        return self._group[2][offset].as_py()
+
+    def close(self) -> None:
+        for tar in self._tars.values():
+            tar.close()
+        self._tars.clear()
+        self._group = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_images(images_dir: str, tables: Iterable[str] | None = None) -> ShardImages:
+    """The images of `--stage=images` output, by example_id (all tables, or those named)."""
+    return ShardImages(images_dir, tables)

@@ -1,0 +1,95 @@
+"""Test helpers for --stage=images: generated JPEGs, a local HTTP server that counts requests, fixture tables."""
+from __future__ import annotations
+
+import io
+import random
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from PIL import Image
+
+from pipeline.io.parquet import write_shard
+from pipeline.io.schema import load_schema
+
+_DEFAULTS = {"string": "x", "int64": 0, "int32": 0, "float64": 0.0, "bool": False, "list<string>": []}
+
+
+def jpeg(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+    """A noise JPEG: distinct per seed, and dense enough that damage to its data shows."""
+    rng = random.Random(seed)
+    image = Image.frombytes("RGB", size, rng.randbytes(size[0] * size[1] * 3))
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def corrupt_jpeg(seed: int) -> bytes:
+    """A JPEG with a stray start-of-frame marker in the middle of its entropy-coded data: OpenCV decodes it
+    with a warning (so img2dataset keeps it as a success), PIL refuses it."""
+    data = jpeg(seed)
+    middle = len(data) // 2
+    return data[:middle] + b"\xff\xc0" + data[middle:]
+
+
+class ImageServer:
+    """http://127.0.0.1:<port>/<path> serving `files` (path -> bytes), 404 for the rest; counts GETs per path."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = dict(files)
+        self.requests: Counter = Counter()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = self.path.lstrip("/")
+                with server._lock:
+                    server.requests[path] += 1
+                    data = server.files.get(path)
+                if data is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "image/jpeg")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def snapshot(self) -> Counter:
+        with self._lock:
+            return Counter(self.requests)
+
+
+def schema_row(schema_name: str, **values) -> dict:
+    """A row that passes the schema check: every column at a default of its type, then `values`."""
+    schema = load_schema(schema_name)
+    row = {c["name"]: _DEFAULTS[c["type"]] for c in schema.columns}
+    unknown = set(values) - set(row)
+    assert not unknown, unknown
+    row.update(values)
+    schema.check_row(row)
+    return row
+
+
+def write_table(output_dir: Path, folder: str, schema_name: str, rows: list[dict]) -> None:
+    """<output_dir>/<folder>/<split>-00000-of-00001.parquet, as the stages write it."""
+    schema = load_schema(schema_name)
+    (output_dir / folder).mkdir(parents=True, exist_ok=True)
+    write_shard(rows, str(output_dir / folder / f"{schema.split}-00000-of-00001.parquet"), schema)

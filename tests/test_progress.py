@@ -1,0 +1,80 @@
+"""Progress while a pipeline runs: ticks from the workers, the launcher's lines, the metrics poll."""
+import io
+import re
+import time
+from collections import Counter
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.io.progress import NAMESPACE, ProgressPrinter, Tick, format_progress, poll_metrics
+
+
+def test_format_shows_rows_rate_and_dead_letters_per_table():
+    totals = Counter({"train\trows": 1200, "train\trejected": 3, "train\tdiscarded": 2, "swap\trows": 10})
+    line = format_progress(totals, 12.0, {"train": 2.0})
+    assert line.startswith("[progress   12.0s] ")
+    assert "train 1,200 rows (120.0/s) +5 dead letters" in line
+    assert "swap 10 rows (0.8/s)" in line
+    assert format_progress(Counter(), 1.0).endswith("starting")
+
+
+class Slow(beam.DoFn):
+    def process(self, x):
+        time.sleep(0.01)
+        yield x
+
+
+def test_lines_arrive_while_the_pipeline_is_still_running():
+    stream = io.StringIO()
+    with ProgressPrinter(0.1, stream):
+        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+            rows = p | beam.Create(list(range(200))) | beam.ParDo(Slow())
+            _ = rows | beam.ParDo(Tick("demo", "rows"))
+    counts = [int(n.replace(",", "")) for n in re.findall(r"demo (\d[\d,]*) rows", stream.getvalue())]
+    assert counts and counts[0] < 200, stream.getvalue()
+    assert counts == sorted(counts)
+
+
+def test_no_lines_when_turned_off():
+    stream = io.StringIO()
+    with ProgressPrinter(0, stream):
+        with beam.Pipeline() as p:
+            _ = p | beam.Create([1, 2]) | beam.ParDo(Tick("demo", "rows"))
+    assert stream.getvalue() == ""
+
+
+class FakeRunningResult:
+    """A remote job: running for two polls, then done; its counters grow."""
+
+    class Counter:
+        def __init__(self, name, n):
+            self.key = type("K", (), {"metric": type("M", (), {"name": name})()})()
+            self.committed, self.attempted = n, n
+
+    def __init__(self):
+        self.polls = 0
+
+    @property
+    def state(self):
+        return "DONE" if self.polls >= 2 else "RUNNING"
+
+    def wait_until_finish(self, duration=None):
+        self.polls += 1
+
+    def metrics(self):
+        outer = self
+
+        class Query:
+            def query(self, flt):
+                assert NAMESPACE in str(vars(flt))
+                return {"counters": [FakeRunningResult.Counter("train.rows", 100 * outer.polls)]}
+
+        return Query()
+
+
+def test_remote_runs_are_followed_through_their_counters():
+    stream = io.StringIO()
+    poll_metrics(FakeRunningResult(), 0.01, stream)
+    lines = stream.getvalue().splitlines()
+    assert [re.search(r"train (\d+) rows", line).group(1) for line in lines] == ["100", "200"]
