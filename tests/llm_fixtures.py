@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from tests.local_http import LocalHTTPServer
 
 REAL_CAPTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco" / "captions_val2017.json"
 SAMPLE_CAPTIONS = Path(__file__).resolve().parents[1] / "samples" / "coco" / "captions_sample.json"
@@ -24,6 +26,10 @@ def build_tiny_llama(folder: Path, texts: list[str], hidden: int = 32, layers: i
     """A random Llama-architecture causal LM and a word-level tokenizer over `texts`, saved to `folder`."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from pipeline.torchvision_compat import import_torchvision
+
+    import_torchvision()  # transformers imports torchvision when installed (a CUDA build on the CPU machines)
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     specials = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -83,7 +89,7 @@ def _stub_answer(prompt: str) -> str:
     return " " + caption
 
 
-class CompletionsServer:
+class CompletionsServer(LocalHTTPServer):
     """POST /v1/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503."""
 
     def __init__(self, fail_first: int = 0):
@@ -115,17 +121,5 @@ class CompletionsServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.base_url = f"{self.root_url}/v1"

@@ -21,6 +21,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+from pipeline.torchvision_compat import import_torchvision
+
 ENGINES = ("vllm", "openai", "transformers", "replay")
 
 
@@ -85,6 +87,8 @@ class TransformersEngine:
     def __init__(self, config: EngineConfig):
         try:
             import torch
+
+            import_torchvision()  # transformers imports torchvision when installed: the CPU-build case
             import transformers
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as e:

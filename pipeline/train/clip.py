@@ -1,0 +1,79 @@
+"""open_clip models, tokenizers and image transforms, loaded the same way by the trainer and the evaluator.
+
+`--model` is an open_clip architecture name (ViT-B-32, ...) or `hardpos-tiny` (model_configs/: a 3M-parameter
+config for tests and smoke runs); `--pretrained` is an open_clip tag (openai, laion2b_s34b_b79k, ...), a
+checkpoint path (ours or open_clip's), or empty for random weights.
+
+torchvision comes through pipeline/torchvision_compat.py, which imports a CUDA build of it on CPU-only machines
+(without its compiled ops, which CLIP never uses).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.torchvision_compat import import_torchvision
+
+INSTALL_HINT = "pip install -e '.[train]'"
+CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
+
+
+class TrainDependencyMissing(RuntimeError):
+    pass
+
+
+def import_open_clip():
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise TrainDependencyMissing(f"training and evaluation need torch ({INSTALL_HINT}): {e}") from None
+    if import_torchvision() is None:
+        raise TrainDependencyMissing(f"open_clip needs torchvision ({INSTALL_HINT})")
+    try:
+        import open_clip
+    except ImportError as e:
+        raise TrainDependencyMissing(f"training and evaluation need open_clip ({INSTALL_HINT}): {e}") from None
+    if "hardpos-tiny" not in open_clip.list_models():
+        open_clip.add_model_config(CONFIG_DIR)
+    return open_clip
+
+
+def create(model: str, pretrained: str | None, device: str = "cpu", precision: str = "fp32"):
+    """(model, train transform, eval transform, tokenizer). `pretrained` may be an open_clip tag or a file.
+
+    OpenAI's CLIP weights were trained with QuickGELU, which open_clip's plain configs (ViT-B-32) do not use:
+    with the `openai` tag, or a checkpoint of ours that records quick_gelu, the model is built with it, so
+    `--model=ViT-B-32 --pretrained=openai` and its finetuned checkpoints compute what they were trained to."""
+    open_clip = import_open_clip()
+    if model not in open_clip.list_models():
+        raise ValueError(f"--model: unknown open_clip model {model!r} (e.g. ViT-B-32, hardpos-tiny)")
+    weights = pretrained or None
+    checkpoint = read_checkpoint(weights) if weights and Path(weights).is_file() else None
+    quick_gelu = weights == "openai" or bool(checkpoint and checkpoint.get("quick_gelu"))
+    clip, train_transform, eval_transform = open_clip.create_model_and_transforms(
+        model, pretrained=None if checkpoint is not None else weights, device=device, precision=precision,
+        **({"force_quick_gelu": True} if quick_gelu else {}))
+    if checkpoint is not None:
+        clip.load_state_dict(checkpoint["model"])
+    return clip, train_transform, eval_transform, open_clip.get_tokenizer(model)
+
+
+def uses_quick_gelu(clip) -> bool:
+    """Whether the model's activations are QuickGELU: saved with our checkpoints (an activation has no weights,
+    so a state dict alone cannot tell)."""
+    return any(type(m).__name__ == "QuickGELU" for m in clip.modules())
+
+
+def read_checkpoint(path: str) -> dict:
+    """Our checkpoints ({"model": state_dict, "quick_gelu", ...}) or a bare state dict / open_clip checkpoint,
+    as {"model": state_dict, ...}."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if isinstance(state, dict) and "model" in state:
+        checkpoint = dict(state)
+    elif isinstance(state, dict) and "state_dict" in state:
+        checkpoint = {"model": state["state_dict"]}
+    else:
+        checkpoint = {"model": state}
+    checkpoint["model"] = {k.removeprefix("module."): v for k, v in checkpoint["model"].items()}
+    return checkpoint

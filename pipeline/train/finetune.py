@@ -1,0 +1,583 @@
+"""CLIP finetuning with hard negatives and hard positives: `python -m pipeline.train.finetune --data ... --images
+... --out ...`.
+
+Per batch of (image, caption, hard positive, hard negative) rows the loss is (pipeline/train/losses.py)
+    CLIP contrastive loss + --hn_weight * hard-negative loss + --hp_weight * hard-positive loss
+with --recipe=negclip (negatives as extra text columns of the contrastive loss) and --recipe=fsc (NegCLIP's
+contrastive loss, focal/label-smoothed hard-negative loss, and FSC-CLIP's local token-patch hard-negative loss).
+Defaults are the paper's: OpenAI ViT-B/32 (built with QuickGELU, the activation those weights were trained
+with; see pipeline/train/clip.py), AdamW, lr 5e-6, weight decay 0.1, cosine schedule with warmup, 5 epochs, mixed
+precision on GPU; where the paper leaves a value open we take FSC-CLIP's COCO run of the same recipe (50 warmup
+steps, batch 256) and open_clip's trainer (AdamW betas 0.9/0.98, eps 1e-6, no decay on gains, biases and the
+logit scale). The hard-positive weight is 1 as in SVLC (its positive loss is added unweighted); --hn_weight is
+what Table 3 sweeps.
+
+Outputs under --out: checkpoints/step_N.pt and checkpoints/latest.pt every --save_every steps and at the last
+step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped}, written atomically), final.pt
+({"model": state_dict}, loadable by pipeline.train.clip.create(model, path)), log.jsonl (every step: each loss
+term, total, lr, batch size) and summary.json (rows read/kept, images skipped by reason, steps).
+
+--resume PATH|latest continues exactly: weights, optimizer, schedule, RNG and data position (a step's batch and
+each row's augmentation on (seed, epoch, example_id), see data.py), so a resumed run ends with the weights an
+uninterrupted one would have (bit for bit on CPU, as tested; on a GPU up to its nondeterministic kernels).
+--max_steps stops early (smoke runs, tests); the schedule stays that of --epochs, so a run stopped by --max_steps
+and resumed is the same run.
+
+Data loading runs in the training process by default (--workers 0); with --workers N the batches are the same
+(augmentation seeds are per row, not per worker), only faster.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
+
+from pipeline.train.clip import uses_quick_gelu
+
+DEFAULT_MODEL = "ViT-B-32"  # with --pretrained=openai, clip.create builds it with QuickGELU, as those weights need
+PRECISIONS = ("amp", "amp_bf16", "fp32")
+# Resuming with a different value of these would change which rows a step sees or the schedule's length.
+SAME_ON_RESUME = ("model", "seed", "batch_size", "epochs", "positive_types", "negative_types")
+NOT_COMPARED = ("resume", "max_steps", "save_every", "log_every", "workers", "keep_checkpoints", "out", "device",
+                "images", "pretrained")
+
+
+class UsageError(ValueError):
+    """A bad flag; the message is one line naming it."""
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.train.finetune", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", required=True, help="The train table: a run folder, a published folder or a Hub repo.")
+    p.add_argument("--images", required=True,
+                   help="Images: --stage=images output (index/ + shards/) or a folder with COCO's train2017/.")
+    p.add_argument("--out", required=True, help="Output folder (checkpoints/, final.pt, log.jsonl, summary.json).")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="open_clip architecture, or hardpos-tiny for tests.")
+    p.add_argument("--pretrained", default="openai",
+                   help="open_clip tag (openai, ...), a checkpoint path, or empty for random weights.")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--lr", type=float, default=5e-6)
+    p.add_argument("--weight_decay", type=float, default=0.1)
+    p.add_argument("--warmup_steps", type=int, default=50, help="Linear warmup, then cosine decay to 0.")
+    p.add_argument("--grad_clip_norm", type=float, default=None, help="Clip the gradient norm (default: no).")
+    p.add_argument("--hn_weight", type=float, default=1.0, help="Hard-negative loss weight (Table 3 sweeps 0-1).")
+    p.add_argument("--hp_weight", type=float, default=1.0, help="Hard-positive loss weight.")
+    p.add_argument("--hp_loss", default="excess",
+                   help="excess | ce. excess: cross-entropy relative to the caption's (0 when a positive matches it); "
+                        "ce: SVLC's plain cross-entropy.")
+    p.add_argument("--recipe", default="clip",
+                   help="clip | negclip | fsc. clip: CLIP loss + HN + HP terms; negclip: negatives also as "
+                        "contrastive columns; fsc: negclip + focal/smoothed HN + FSC-CLIP's local token-patch HN loss.")
+    p.add_argument("--fsc_gamma", type=float, default=2.0, help="fsc: focal gamma (FSC-CLIP: 2.0).")
+    p.add_argument("--fsc_smoothing", type=float, default=0.02, help="fsc: label smoothing (FSC-CLIP: 0.02).")
+    p.add_argument("--fsc_local_weight", type=float, default=0.2, help="fsc: local HN loss weight (FSC-CLIP: 0.2).")
+    p.add_argument("--positive_types", default="all",
+                   help="Keep rows whose positive_type is one of these (comma-separated), or all.")
+    p.add_argument("--negative_types", default="all",
+                   help="Keep rows whose negative_type is one of these (comma-separated), or all.")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="Default: amp_bf16 on GPUs with bf16 (else amp: fp16 + GradScaler), fp32 on CPU.")
+    p.add_argument("--device", default=None, help="Default: cuda if available, else cpu.")
+    p.add_argument("--seed", type=int, default=0, help="Model init (random weights), data order, augmentations.")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (0: load in this process).")
+    p.add_argument("--save_every", type=int, default=1000, help="Checkpoint every N steps (0: only the last).")
+    p.add_argument("--keep_checkpoints", type=int, default=0, help="Keep the N newest step_*.pt (0: keep all).")
+    p.add_argument("--resume", default=None, help="A checkpoint path, or latest (<out>/checkpoints/latest.pt; "
+                                                  "starts fresh if there is none).")
+    p.add_argument("--max_steps", type=int, default=None, help="Stop after this many steps in all (smoke runs).")
+    p.add_argument("--log_every", type=int, default=10, help="Print a line every N steps (log.jsonl gets all).")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    import torch
+
+    args = build_parser().parse_args(argv)
+    try:
+        loss_config(args)
+    except ValueError as e:  # --recipe / --hp_loss names
+        raise UsageError(str(e)) from None
+    for flag in ("epochs", "batch_size", "log_every"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag}: must be >= 1, got {getattr(args, flag)}")
+    for flag in ("warmup_steps", "workers", "save_every", "keep_checkpoints", "max_steps"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 0:
+            raise UsageError(f"--{flag}: must be >= 0, got {getattr(args, flag)}")
+    for flag in ("lr", "weight_decay", "hn_weight", "hp_weight", "fsc_gamma", "fsc_local_weight"):
+        if getattr(args, flag) < 0:
+            raise UsageError(f"--{flag}: must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.fsc_smoothing < 1:
+        raise UsageError(f"--fsc_smoothing: must be in [0, 1), got {args.fsc_smoothing}")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device: {args.device} but no CUDA device is available")
+    if args.precision is None:
+        on_gpu = args.device.startswith("cuda")
+        args.precision = ("amp_bf16" if torch.cuda.is_bf16_supported() else "amp") if on_gpu else "fp32"
+    if args.precision == "amp" and not args.device.startswith("cuda"):
+        raise UsageError("--precision: amp (fp16 + GradScaler) needs a CUDA device; use amp_bf16 or fp32")
+    return args
+
+
+def loss_config(args):
+    from pipeline.train.losses import LossConfig
+
+    return LossConfig(hn_weight=args.hn_weight, hp_weight=args.hp_weight, hp_loss=args.hp_loss, recipe=args.recipe,
+                      fsc_gamma=args.fsc_gamma, fsc_smoothing=args.fsc_smoothing,
+                      fsc_local_weight=args.fsc_local_weight)
+
+
+# ------------------------------------------------------------------------------------------------- the model
+
+
+def load_model(name: str, pretrained: str, device: str = "cpu"):
+    """pipeline.train.clip.create, its failures (unknown model, weights not downloadable or not matching) as
+    one-line flag errors."""
+    from pipeline.train.clip import create
+
+    try:
+        return create(name, pretrained, device=device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except RuntimeError as e:
+        raise UsageError(f"--pretrained: {pretrained!r} for --model {name}: {e}") from None
+
+
+def check_model(model, config) -> None:
+    if getattr(model, "logit_bias", None) is not None:
+        raise UsageError("--model: models with a logit bias (SigLIP) are not supported by these losses")
+    if config.recipe == "fsc":
+        if not (hasattr(model.visual, "output_tokens") and hasattr(model.visual, "proj")):
+            raise UsageError("--recipe: fsc needs a ViT image tower (patch tokens); this --model has none")
+        if not hasattr(model, "token_embedding"):
+            raise UsageError("--recipe: fsc needs open_clip's built-in text tower (per-token features)")
+
+
+def encode_image_tokens(model, images):
+    """(pooled normalised embedding, projected patch tokens B x Q x D) from open_clip's VisionTransformer."""
+    import torch.nn.functional as F
+
+    visual = model.visual
+    before = visual.output_tokens
+    visual.output_tokens = True
+    try:
+        pooled, tokens = visual(images)
+    finally:
+        visual.output_tokens = before
+    if visual.proj is not None:  # the tower returns patch tokens before the projection into the joint space
+        tokens = tokens @ visual.proj
+    return F.normalize(pooled, dim=-1), tokens
+
+
+def encode_text_tokens(model, text):
+    """(pooled normalised embedding, every position's projected feature B x T x D): the steps of open_clip 3.3's
+    CLIP.encode_text, keeping the per-token outputs of ln_final through text_projection."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from pipeline.train.clip import import_open_clip
+
+    text_global_pool = import_open_clip().transformer.text_global_pool
+    cast_dtype = model.transformer.get_cast_dtype()
+    x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding.to(cast_dtype)
+    x = model.transformer(x, attn_mask=model.attn_mask)
+    x = model.ln_final(x)
+    pooled = text_global_pool(x, text, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
+
+    def project(features):
+        if model.text_projection is None:
+            return features
+        if isinstance(model.text_projection, nn.Linear):
+            return model.text_projection(features)
+        return features @ model.text_projection
+
+    return F.normalize(project(pooled), dim=-1), project(x)
+
+
+def _encode_texts(model, groups: dict, tokens: bool) -> dict:
+    """One text-tower pass over every group (name -> token ids N x L); features (and tokens) split back by name."""
+    import torch
+
+    if not groups:
+        return {}
+    ids = torch.cat(list(groups.values()))
+    if tokens:
+        pooled, per_token = encode_text_tokens(model, ids)
+    else:
+        pooled, per_token = model.encode_text(ids, normalize=True), None
+    sizes = [len(v) for v in groups.values()]
+    out = dict(zip(groups, pooled.split(sizes), strict=True))
+    if per_token is not None:
+        out.update({f"{name}_tokens": t for name, t in zip(groups, per_token.split(sizes), strict=True)})
+    return out
+
+
+def batch_losses(model, batch: dict, config, device, autocast=nullcontext, monitor: bool = True) -> dict:
+    """The loss terms (losses.total_loss) for one collated batch (data.Collate) under a losses.LossConfig. Texts
+    a weighted term needs get gradients; with `monitor`, the terms whose weight is 0 are still computed (no
+    gradient) so the log shows them."""
+    import torch
+
+    from pipeline.train.losses import text_token_mask, total_loss
+
+    images = batch["images"].to(device, non_blocking=True)
+    captions = batch["captions"].to(device, non_blocking=True)
+    positives = batch["positives"].to(device, non_blocking=True)
+    negatives = batch["negatives"].to(device, non_blocking=True)
+    b, k = negatives.shape[:2]
+    fsc = config.recipe == "fsc"
+    trained = {"caption": captions}
+    monitored = {}
+    (trained if config.hp_weight > 0 else monitored)["positive"] = positives
+    (trained if config.hn_weight > 0 or config.negatives_in_contrastive else monitored)["negatives"] = \
+        negatives.flatten(0, 1)
+    with autocast():
+        if fsc:
+            image, image_tokens = encode_image_tokens(model, images)
+            features = {"image": image, "image_tokens": image_tokens}
+        else:
+            features = {"image": model.encode_image(images, normalize=True)}
+        features.update(_encode_texts(model, trained, tokens=fsc))
+        if monitor:
+            with torch.no_grad():
+                features.update(_encode_texts(model, monitored, tokens=False))
+    features = {name: value.float() for name, value in features.items()}  # the losses in fp32
+    if "negatives" in features:
+        features["negatives"] = features["negatives"].view(b, k, -1)
+    if fsc:
+        features["caption_mask"] = text_token_mask(captions)
+        features["negative_tokens"] = features.pop("negatives_tokens").view(b, k, negatives.shape[-1], -1)
+        features["negative_mask"] = text_token_mask(negatives)
+    return total_loss(features, model.logit_scale.exp().float(), config)
+
+
+def evaluate_losses(model, batch: dict, config, device="cpu") -> dict[str, float]:
+    """The loss terms on a batch without training (eval mode, no gradient)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return {name: float(value) for name, value in batch_losses(model, batch, config, device).items()}
+    finally:
+        model.train(was_training)
+
+
+# ---------------------------------------------------------------------------------- optimizer and schedule
+
+
+def make_optimizer(model, lr: float, weight_decay: float):
+    """AdamW as open_clip's trainer: no weight decay on gains, biases and the logit scale."""
+    import torch
+
+    def exclude(name, p):
+        return p.ndim < 2 or "bn" in name or "ln" in name or "bias" in name or "logit_scale" in name
+
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in named if exclude(n, p)], "weight_decay": 0.0},
+              {"params": [p for n, p in named if not exclude(n, p)], "weight_decay": weight_decay}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-6)
+
+
+def cosine_schedule(warmup: int, total: int):
+    """LR multiplier at step s (open_clip's cosine_lr): linear warmup over `warmup` steps, then cosine to 0."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+    return factor
+
+
+def autocast_for(precision: str, device):
+    import torch
+
+    if precision == "fp32":
+        return nullcontext
+    dtype = torch.bfloat16 if precision == "amp_bf16" else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+
+
+def rng_state() -> dict:
+    import numpy as np
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def atomic_save(obj, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def link_latest(path: Path) -> None:
+    """checkpoints/latest.pt -> `path`, atomically; a hard link where the filesystem allows (no second copy)."""
+    import shutil
+
+    latest = path.with_name("latest.pt")
+    tmp = path.with_name(".latest.pt.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:
+        shutil.copyfile(path, tmp)
+    os.replace(tmp, latest)
+
+
+def prune_checkpoints(folder: Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    steps = sorted(folder.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    for old in steps[:-keep]:
+        old.unlink()
+
+
+def resume_path(args) -> Path | None:
+    if not args.resume:
+        return None
+    if args.resume == "latest":
+        latest = Path(args.out) / "checkpoints" / "latest.pt"
+        if not latest.is_file():
+            print(f"--resume latest: no {latest}; starting from the beginning")
+            return None
+        return latest
+    path = Path(args.resume)
+    if not path.is_file():
+        raise UsageError(f"--resume: no such checkpoint {args.resume}")
+    return path
+
+
+def check_resume_args(saved: dict, args, rows_kept: int) -> None:
+    if saved["rows_kept"] != rows_kept:
+        raise UsageError(f"--data: {rows_kept:,} rows kept but the checkpoint was trained on {saved['rows_kept']:,}; "
+                         f"a resumed run must see the same rows")
+    saved = saved["args"]
+    for key in SAME_ON_RESUME:
+        if saved.get(key) != getattr(args, key):
+            raise UsageError(f"--{key}: {getattr(args, key)!r} but the checkpoint was trained with {saved.get(key)!r}; "
+                             f"a resumed run must keep it")
+    changed = [k for k in vars(args) if k not in SAME_ON_RESUME + NOT_COMPARED and saved.get(k) != getattr(args, k)]
+    if changed:
+        print("note: resuming with changed " + ", ".join(f"--{k} {saved.get(k)!r} -> {getattr(args, k)!r}"
+                                                      for k in changed))
+
+
+def truncate_log(path: Path, step: int) -> None:
+    """Drop log lines for steps after `step` (a run that went on past its last checkpoint before stopping)."""
+    if not path.is_file():
+        return
+    lines = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+
+def train(args) -> dict:
+    import torch
+
+    from pipeline.train.data import (
+        Collate,
+        TrainDataset,
+        epoch_batches,
+        load_rows,
+        seed_of,
+        type_filter,
+    )
+
+    device = torch.device(args.device)
+    config = loss_config(args)
+    try:
+        table, indices, counts = load_rows(args.data, type_filter("--positive_types", args.positive_types),
+                                           type_filter("--negative_types", args.negative_types))
+    except (ValueError, FileNotFoundError, ConnectionError) as e:  # PublishError, datasets' not found / offline
+        raise UsageError(str(e) if str(e).startswith("--") else f"--data: {e}") from None
+    steps_per_epoch = len(indices) // args.batch_size
+    if steps_per_epoch == 0:
+        raise UsageError(f"--batch_size: {args.batch_size} is more than the {len(indices)} rows kept")
+    total_steps = steps_per_epoch * args.epochs
+    stop = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
+    out = Path(args.out)
+    checkpoints = out / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    resume = resume_path(args)
+
+    seed_everything(args.seed)
+    model, train_transform, _, tokenizer = load_model(args.model, args.pretrained, args.device)
+    check_model(model, config)
+    try:
+        dataset = TrainDataset(table, indices, args.images, train_transform, args.seed)
+    except ValueError as e:  # ImageLookup: no such folder
+        raise UsageError(str(e)) from None
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(args.warmup_steps, total_steps))
+    scaler = torch.amp.GradScaler("cuda") if args.precision == "amp" else None
+    autocast = autocast_for(args.precision, device)
+    step, skipped, skipped_ids = 0, Counter(), []
+    log_path = out / "log.jsonl"
+    if resume is not None:
+        state = torch.load(resume, map_location="cpu", weights_only=False)
+        check_resume_args(state, args, len(indices))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        step, skipped = state["step"], Counter(state["skipped"])
+        set_rng_state(state["rng"])
+        truncate_log(log_path, step)
+        print(f"resumed from {resume} at step {step}")
+    else:
+        log_path.write_text("")
+    print(f"{counts['kept']:,} of {counts['read']:,} rows kept; {steps_per_epoch:,} steps/epoch x {args.epochs} "
+          f"epochs = {total_steps:,} steps; running to step {stop:,} on {device} ({args.precision})")
+
+    def save(at: int) -> None:
+        path = checkpoints / f"step_{at}.pt"
+        atomic_save({"model": model.state_dict(), "quick_gelu": uses_quick_gelu(model),
+                     "optimizer": optimizer.state_dict(),
+                     "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler else None,
+                     "step": at, "epoch": at // steps_per_epoch, "rng": rng_state(), "args": vars(args),
+                     "rows_kept": len(indices), "skipped": dict(skipped)}, path)
+        link_latest(path)
+        prune_checkpoints(checkpoints, args.keep_checkpoints)
+
+    collate = Collate(tokenizer)
+    model.train()
+    started, at_start = time.monotonic(), step
+    with log_path.open("a") as log:
+        while step < stop:
+            epoch, first = divmod(step, steps_per_epoch)
+            batches = epoch_batches(len(dataset), args.batch_size, args.seed, epoch, start=first)[:stop - step]
+            loader = torch.utils.data.DataLoader(
+                dataset, batch_sampler=batches, collate_fn=collate, num_workers=args.workers,
+                pin_memory=device.type == "cuda",
+                # DataLoader draws its workers' base seed from this generator, else from the global RNG
+                generator=torch.Generator().manual_seed(seed_of(args.seed, "loader", epoch)))
+            for batch in loader:
+                skipped.update(batch["skipped"])
+                skipped_ids.extend(batch["skipped_ids"][:max(0, 5 - len(skipped_ids))])
+                lr = optimizer.param_groups[0]["lr"]
+                record = {"step": step + 1, "epoch": epoch, "lr": lr, "batch": batch["size"]}
+                if batch["size"]:
+                    terms = train_step(model, batch, config, device, autocast, optimizer, scaler, args.grad_clip_norm)
+                    if not math.isfinite(terms["total"]) and scaler is None:  # fp16: GradScaler skips the step
+                        raise TrainingDiverged(f"loss is not finite at step {step + 1} ({terms}); lower --lr, or "
+                                               f"resume from {checkpoints / 'latest.pt'} with other settings")
+                    record.update(terms)
+                scheduler.step()
+                step += 1
+                record["skipped"] = sum(skipped.values())
+                log.write(json.dumps(record) + "\n")
+                if step % args.log_every == 0 or step == stop:
+                    log.flush()
+                    rate = (time.monotonic() - started) / (step - at_start)
+                    values = " ".join(f"{k} {record[k]:.4f}" for k in ("clip", "hn", "hp", "local", "total")
+                                      if k in record)
+                    print(f"step {step}/{stop} epoch {epoch} lr {lr:.3g} {values or 'empty batch'} "
+                          f"(batch {batch['size']}, images skipped so far {record['skipped']}) {rate:.2f}s/step",
+                          flush=True)
+                if (args.save_every and step % args.save_every == 0) or step == stop:
+                    log.flush()
+                    save(step)
+
+    final = out / "final.pt"
+    atomic_save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step,
+                 "quick_gelu": uses_quick_gelu(model), "args": vars(args)}, final)
+    summary = {"rows_read": counts["read"], "rows_kept": counts["kept"],
+               "rows_filtered": {k: v for k, v in counts.items() if k not in ("read", "kept")},
+               "steps": step, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
+               "images_skipped": dict(skipped), "images_skipped_examples": skipped_ids, "final": str(final)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if skipped:
+        print("images skipped (rows dropped from their batches): "
+              + ", ".join(f"{reason} {n:,}" for reason, n in sorted(skipped.items()))
+              + (f"; e.g. {', '.join(skipped_ids)}" if skipped_ids else ""))
+    print(f"done: {step} steps; final weights {final}")
+    return summary
+
+
+def train_step(model, batch, config, device, autocast, optimizer, scaler, grad_clip_norm) -> dict[str, float]:
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    terms = batch_losses(model, batch, config, device, autocast)
+    total = terms["total"]
+    if scaler is not None:
+        scaler.scale(total).backward()
+        if grad_clip_norm:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        total.backward()
+        if grad_clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm)
+        optimizer.step()
+    with torch.no_grad():  # as open_clip: keep the temperature in [1, 100]
+        model.logit_scale.clamp_(0, math.log(100))
+    return {name: float(value.detach()) for name, value in terms.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipeline.train.clip import TrainDependencyMissing, import_open_clip
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        import_open_clip()  # torch, torchvision, open_clip, or one line naming the extra to install
+        args = parse_args(argv)
+        train(args)
+    except (UsageError, TrainDependencyMissing) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""A row's image for training and evaluation, from `--stage=images` output or from a local folder.
+
+- images stage output (a folder with index/ and shards/): looked up by the row's example_id.
+- a local folder: Visual Genome rows by their image_path under it (VG_100K/2400041.jpg), COCO rows by their
+  file_name (also under train2017/ or val2017/ when the folder is COCO's root).
+SWAP rows carry ARO's box: `crop=True` gives the box region, as ARO evaluates.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
+COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
+
+
+class ImageMissing(LookupError):
+    pass
+
+
+class ImageLookup:
+    def __init__(self, root: str):
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise ValueError(f"--images: no such folder {root}")
+        self.shards = None
+        if (self.root / "index").is_dir() and (self.root / "shards").is_dir():
+            from pipeline.publish.images import open_images
+
+            self.shards = open_images(str(self.root))
+
+    def _path(self, row: dict) -> Path:
+        names = []
+        if row.get("image_path"):
+            names.append(row["image_path"])
+        if row.get("file_name"):
+            names += [str(Path(folder, row["file_name"])) for folder in COCO_SPLIT_FOLDERS]
+        for name in names:
+            path = self.root / name
+            if path.is_file():
+                return path
+        raise ImageMissing(f"no image for {row.get('example_id')} under {self.root} (tried {', '.join(names)})")
+
+    def __call__(self, row: dict, crop: bool = True):
+        """The row's RGB PIL image (its ARO box region when the row has one and crop is set)."""
+        from PIL import Image
+
+        if self.shards is not None:
+            if row["example_id"] not in self.shards:
+                raise ImageMissing(f"no image for {row['example_id']} in {self.root} (see its index/)")
+            found = self.shards[row["example_id"]]
+            image = found.crop() if crop else found.image
+            return image.convert("RGB")
+        with Image.open(self._path(row)) as image:
+            image = image.convert("RGB")
+        if crop and all(row.get(c) is not None for c in BBOX):
+            x, y, w, h = (float(row[c]) for c in BBOX)
+            image = image.crop((round(x), round(y), round(x + w), round(y + h)))
+        return image
