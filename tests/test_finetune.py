@@ -5,21 +5,16 @@ import math
 from types import SimpleNamespace
 
 import pytest
+import torch
+from conftest import write_run_folder
+from image_fixtures import corrupt_jpeg, jpeg
 
-torch = pytest.importorskip("torch")
+from pipeline.train import finetune, patching
+from pipeline.train.clip import create, import_open_clip
+from pipeline.train.data import Collate, TrainDataset, epoch_batches, load_rows
+from pipeline.train.losses import LossConfig
 
-from conftest import write_run_folder  # noqa: E402
-from image_fixtures import corrupt_jpeg, jpeg  # noqa: E402
-
-from pipeline.train import finetune, patching  # noqa: E402
-from pipeline.train.clip import TrainDependencyMissing, create, import_open_clip  # noqa: E402
-from pipeline.train.data import Collate, TrainDataset, epoch_batches, load_rows  # noqa: E402
-from pipeline.train.losses import LossConfig  # noqa: E402
-
-try:
-    import_open_clip()  # never `import open_clip` directly: see pipeline/train/clip.py on torchvision
-except TrainDependencyMissing as e:
-    pytest.skip(str(e), allow_module_level=True)
+import_open_clip()  # never `import open_clip` directly: see pipeline/torchvision_compat.py
 
 N_ROWS, BATCH, STEPS = 24, 8, 8  # 3 steps per epoch: 8 steps cross two epoch boundaries
 MISSING, CORRUPT = {5, 17}, {11}  # rows whose image file is absent / undecodable

@@ -19,7 +19,6 @@ from pipeline.run import main
 from tests.conftest import REPO, SHARED_DATA, report, rows_of
 from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer, build_tiny_llama, write_captions_subset
 
-pytest.importorskip("transformers")
 REAL = SHARED_DATA / "coco" / "captions_val2017.json"
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="needs ../shared/data/coco/captions_val2017.json")
 

@@ -2,11 +2,9 @@
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
-
-from pipeline.train.losses import (  # noqa: E402
+from pipeline.train.losses import (
     LossConfig,
     clip_loss,
     hard_negative_loss,
@@ -18,6 +16,7 @@ from pipeline.train.losses import (  # noqa: E402
     total_loss,
 )
 
+F = torch.nn.functional
 B, K, D = 6, 2, 16
 SCALE = torch.tensor(1 / 0.07)
 
