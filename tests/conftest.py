@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.publish.layout import write_run_folder  # noqa: F401  (the tests build run folders with it)
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 VL_SAMPLE = SAMPLES / "vl_checklist"
@@ -48,22 +50,3 @@ def rows_of(out: Path, folder: str) -> list[dict]:
 
     return [r for p in sorted((out / folder).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
 
-
-def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str | None = None) -> Path:
-    """A run folder as a stage writes it (report.json + <folder>/<split>-00000-of-00001.parquet), holding `rows`
-    of the table `schema_name` (schemas/<schema_name>.json), so load_table and publish read it like real output."""
-    from pipeline.io.parquet import shard_name, write_shard
-    from pipeline.io.schema import load_schema
-
-    schema = load_schema(schema_name)
-    for row in rows:
-        schema.check_row(row)
-    folder = folder or schema_name
-    name = shard_name(schema.split, 0, 1)
-    (out / folder).mkdir(parents=True, exist_ok=True)
-    write_shard(rows, str(out / folder / name), schema)
-    section = {"read": len(rows), "rows": len(rows), "discarded": 0, "rejected": 0, "written": len(rows),
-               "balanced": True, "discard_reasons": {}, "reject_reasons": {}, "shards": {f"{folder}/{name}": len(rows)}}
-    (out / "report.json").write_text(json.dumps({"stage": "all", "output_dir": str(out), "inputs": {},
-                                                 "tables": {folder: section}}))
-    return out

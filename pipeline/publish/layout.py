@@ -142,3 +142,23 @@ def place(src: Path, dest: Path) -> None:
         os.link(src, dest)
     except OSError:
         shutil.copy2(src, dest)
+
+
+def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str | None = None) -> Path:
+    """A run folder as a stage writes it (report.json + <folder>/<split>-00000-of-00001.parquet) holding `rows`
+    of the table `schema_name`: for fixtures and benchmarks that need a table without running its stage."""
+    from pipeline.io.parquet import shard_name, write_shard
+    from pipeline.io.schema import load_schema
+
+    schema = load_schema(schema_name)
+    for row in rows:
+        schema.check_row(row)
+    folder = folder or schema_name
+    name = shard_name(schema.split, 0, 1)
+    (out / folder).mkdir(parents=True, exist_ok=True)
+    write_shard(rows, str(out / folder / name), schema)
+    section = {"read": len(rows), "rows": len(rows), "discarded": 0, "rejected": 0, "written": len(rows),
+               "balanced": True, "discard_reasons": {}, "reject_reasons": {}, "shards": {f"{folder}/{name}": len(rows)}}
+    (out / REPORT_FILE).write_text(json.dumps({"stage": "all", "output_dir": str(out), "inputs": {},
+                                               "tables": {folder: section}}))
+    return out

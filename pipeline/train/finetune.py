@@ -486,7 +486,9 @@ def train(args) -> dict:
 
     collate = Collate(tokenizer)
     model.train()
-    started, at_start = time.monotonic(), step
+    started, at_start, images_trained = time.monotonic(), step, 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     with log_path.open("a") as log:
         while step < stop:
             epoch, first = divmod(step, steps_per_epoch)
@@ -507,6 +509,7 @@ def train(args) -> dict:
                         raise TrainingDiverged(f"loss is not finite at step {step + 1} ({terms}); lower --lr, or "
                                                f"resume from {checkpoints / 'latest.pt'} with other settings")
                     record.update(terms)
+                    images_trained += batch["size"]
                 scheduler.step()
                 step += 1
                 record["skipped"] = sum(skipped.values())
@@ -523,13 +526,17 @@ def train(args) -> dict:
                     log.flush()
                     save(step)
 
+    seconds = time.monotonic() - started  # this run's steps only (data loading included, model loading not)
     final = out / "final.pt"
     atomic_save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step,
                  "quick_gelu": uses_quick_gelu(model), "args": vars(args)}, final)
     summary = {"rows_read": counts["read"], "rows_kept": counts["kept"],
                "rows_filtered": {k: v for k, v in counts.items() if k not in ("read", "kept")},
                "steps": step, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
-               "images_skipped": dict(skipped), "images_skipped_examples": skipped_ids, "final": str(final)}
+               "images_skipped": dict(skipped), "images_skipped_examples": skipped_ids, "final": str(final),
+               "device": str(device), "precision": args.precision, "train_seconds": round(seconds, 3),
+               "images_per_second": round(images_trained / seconds, 2) if seconds > 0 else None,
+               "peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if skipped:
         print("images skipped (rows dropped from their batches): "
