@@ -133,6 +133,16 @@ def _size_category(rows: int) -> str:
     return "10M<n<100M"
 
 
+def _dataset_info(t: Table, num_bytes: int) -> dict:
+    return {
+        "config_name": t.config,
+        "features": [_feature(f) for f in t.schema],
+        "splits": [{"name": t.split, "num_bytes": num_bytes, "num_examples": t.rows}],
+        "download_size": t.download_size,
+        "dataset_size": num_bytes,
+    }
+
+
 def metadata(tables: list[Table]) -> dict:
     """The card's YAML: what the Hub and `datasets.load_dataset` read."""
     return {
@@ -146,13 +156,7 @@ def metadata(tables: list[Table]) -> dict:
         "size_categories": [_size_category(sum(t.rows for t in tables))],
         "configs": [{"config_name": t.config,
                      "data_files": [{"split": t.split, "path": t.data_files_pattern()}]} for t in tables],
-        "dataset_info": [{
-            "config_name": t.config,
-            "features": [_feature(f) for f in t.schema],
-            "splits": [{"name": t.split, "num_bytes": t.num_bytes, "num_examples": t.rows}],
-            "download_size": t.download_size,
-            "dataset_size": t.num_bytes,
-        } for t in tables],
+        "dataset_info": [_dataset_info(t, t.arrow_bytes()) for t in tables],
     }
 
 

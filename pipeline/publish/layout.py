@@ -36,9 +36,13 @@ class Table:
     section: dict            # the table's section of the report
     files: tuple[Path, ...]  # shards, in order
     rows: int                # from the Parquet footers
-    num_bytes: int           # Arrow size in memory (the card's dataset_size)
     download_size: int       # bytes on disk
     schema: object           # pyarrow.Schema of the shards
+
+    def arrow_bytes(self) -> int:
+        """Size in memory as Arrow (the card's num_bytes / dataset_size): reads every shard whole, so only the
+        card asks for it, not the checks and loaders that find tables."""
+        return sum(pq.read_table(path).nbytes for path in self.files)
 
     def hub_paths(self) -> list[str]:
         return [f"data/{self.config}/{f.name}" for f in self.files]
@@ -72,7 +76,7 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict) -> Table:
         raise PublishError(f"{folder}: shards do not match {run_dir / REPORT_FILE} ({which}); run the stage again")
     files = tuple(sorted(listed))
     splits = set()
-    rows = num_bytes = size = 0
+    rows = size = 0
     config = schema = None
     for path in files:
         match = SHARD.match(path.name)
@@ -91,11 +95,10 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict) -> Table:
         config, schema = table_name, meta.schema_arrow
         rows += n
         size += path.stat().st_size
-        num_bytes += pq.read_table(path).nbytes
     if len(splits) != 1:
         raise PublishError(f"{folder}: shards of several splits {sorted(splits)}")
     return Table(config=config, split=splits.pop(), run_dir=run_dir, stage_report=report, section=section,
-                 files=files, rows=rows, num_bytes=num_bytes, download_size=size, schema=schema)
+                 files=files, rows=rows, download_size=size, schema=schema)
 
 
 def find_tables(output_dir: str | Path) -> list[Table]:
