@@ -21,6 +21,11 @@ class TrainDependencyMissing(RuntimeError):
     pass
 
 
+class UsageError(ValueError):
+    """A bad flag or input path of the train/evaluate/patching CLIs: reported as one line naming it, exit 2.
+    (Not pipeline.options.UsageError: that module imports Beam, which train/ does not need.)"""
+
+
 def import_open_clip():
     try:
         import torch  # noqa: F401

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.train import metrics
+from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup, ImageMissing
 
 TABLES = {"replace_eval": "REPLACE", "swap_eval": "SWAP"}
@@ -44,10 +45,6 @@ DEFINITIONS = {
             "correct or brittle); c_p: s(c) == s(c_p), for information",
     "ci95": "percentile bootstrap interval over rows (bootstrap resamples, seed)",
 }
-
-
-class UsageError(ValueError):
-    """A bad flag or input path: reported as one line naming it, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

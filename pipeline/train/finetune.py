@@ -39,7 +39,7 @@ from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
 
-from pipeline.train.clip import uses_quick_gelu
+from pipeline.train.clip import UsageError, uses_quick_gelu
 
 DEFAULT_MODEL = "ViT-B-32"  # with --pretrained=openai, clip.create builds it with QuickGELU, as those weights need
 PRECISIONS = ("amp", "amp_bf16", "fp32")
@@ -47,10 +47,6 @@ PRECISIONS = ("amp", "amp_bf16", "fp32")
 SAME_ON_RESUME = ("model", "seed", "batch_size", "epochs", "positive_types", "negative_types")
 NOT_COMPARED = ("resume", "max_steps", "save_every", "log_every", "workers", "keep_checkpoints", "out", "device",
                 "images", "pretrained")
-
-
-class UsageError(ValueError):
-    """A bad flag; the message is one line naming it."""
 
 
 class TrainingDiverged(RuntimeError):

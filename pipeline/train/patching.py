@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.train.finetune import UsageError, atomic_save, load_model
+from pipeline.train.clip import UsageError
+from pipeline.train.finetune import atomic_save, load_model
 
 
 def patch(pretrained_state: dict, finetuned_state: dict, alpha: float) -> dict:
