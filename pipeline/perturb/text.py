@@ -5,7 +5,7 @@ import re
 from typing import NamedTuple
 
 # A word keeps inner hyphens/apostrophes ("half-full", "man's"); any other symbol is a token of its own.
-_TOKEN = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
+TOKEN = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
 
 
 class Token(NamedTuple):
@@ -19,12 +19,13 @@ class Token(NamedTuple):
 
 
 def tokenize(text: str) -> list[Token]:
-    return [Token(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    return [Token(m.group(), m.start(), m.end()) for m in TOKEN.finditer(text)]
 
 
 def words(text: str) -> list[str]:
-    """Casefolded word tokens: the unit of the multiset and token checks."""
-    return [t.norm for t in tokenize(text)]
+    """Casefolded word tokens: the unit of the multiset and token checks (tokenize()'s tokens, without
+    building their offsets: this runs for every candidate negative)."""
+    return [w.casefold() for w in TOKEN.findall(text)]
 
 
 def match_case(template: str, replacement: str) -> str:
@@ -49,6 +50,12 @@ def indefinite_article(word: str) -> str:
     if _CONSONANT_SOUND.match(word):
         return "a"
     return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def lower_case(text: str) -> str:
+    """Lower case, character for character, so that offsets into the text stay valid (a character whose lower
+    case is longer, like "İ", is kept as it is)."""
+    return "".join(c if len(low := c.lower()) != 1 else low for c in text)
 
 
 def has_surrogates(text: str) -> bool:

@@ -1,5 +1,6 @@
 """What the COCO-caption stages (train_negatives, order_eval) share: batched spaCy parsing in a DoFn whose
-heavy resources load once per worker, dead letters for captions with no output, and the samples file."""
+heavy resources load once per worker, the first pass that counts the input captions' own vocabulary and
+trigrams (a side input), dead letters for captions with no output, and the samples file."""
 from __future__ import annotations
 
 import hashlib
@@ -9,6 +10,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import HardposOptions, UsageError
+from pipeline.perturb.corpus import CorpusCounts
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.sources import coco
@@ -38,21 +40,50 @@ class CaptionRowsFn(beam.DoFn):
     def rows(self, record: dict, doc) -> list[dict]:
         raise NotImplementedError
 
-    def process(self, batch):
-        docs = self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size)
-        for record, doc in zip(batch, docs, strict=True):
-            self.caption_counter.inc()
+    def batch_rows(self, records: list[dict], docs: list, corpus) -> list:
+        """Per record, its rows or the Skip that explains why it has none."""
+        out = []
+        for record, doc in zip(records, docs, strict=True):
             try:
-                rows = self.rows(record, doc)
+                out.append(self.rows(record, doc))
             except Skip as skip:
-                Metrics.counter(f"{self.stage}.{self.table}", skip.reason).inc()
-                yield beam.pvalue.TaggedOutput(skip.kind, dead_letter(
-                    self.stage, self.table, record["source"], record["source_file"], record["source_index"], skip,
+                out.append(skip)
+        return out
+
+    def process(self, batch, corpus=None):
+        docs = list(self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size))
+        for record, rows in zip(batch, self.batch_rows(batch, docs, corpus), strict=True):
+            self.caption_counter.inc()
+            if isinstance(rows, Skip):
+                Metrics.counter(f"{self.stage}.{self.table}", rows.reason).inc()
+                yield beam.pvalue.TaggedOutput(rows.kind, dead_letter(
+                    self.stage, self.table, record["source"], record["source_file"], record["source_index"], rows,
                     record))
                 continue
             yield beam.pvalue.TaggedOutput(EMITTED, record["source_file"])
             self.row_counter.inc(len(rows))
             yield from rows
+
+
+class CountCorpus(beam.CombineFn):
+    """Caption records -> the CorpusModel of their captions (vocabulary and trigram counts)."""
+
+    def create_accumulator(self):
+        return CorpusCounts()
+
+    def add_input(self, counts, record):
+        counts.add(record["caption"])
+        return counts
+
+    def merge_accumulators(self, accumulators):
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for other in accumulators:
+            merged.merge(other)
+        return merged
+
+    def extract_output(self, counts):
+        return counts.model()
 
 
 def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
@@ -65,17 +96,24 @@ def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
     coco.check_file(opts.coco_captions)
 
 
-def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn):
-    """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes."""
+def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn,
+              with_corpus: bool = False):
+    """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes. With `with_corpus`, a
+    first pass counts the captions' vocabulary and trigrams, handed to `fn` as a side input and returned as
+    "corpus" too."""
     read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table)
+    extra, outputs = [], {}
+    if with_corpus:
+        corpus = read["records"] | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
+        extra, outputs = [beam.pvalue.AsSingleton(corpus)], {"corpus": corpus}
     built = (
         read["records"]
         | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size, max_batch_size=opts.nlp_batch_size * 4)
-        | "ParseAndGenerate" >> beam.ParDo(fn).with_outputs(REJECTED, DISCARDED, EMITTED, main="rows")
+        | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED, main="rows")
     )
     rejected = (read[REJECTED], built[REJECTED]) | "AllRejected" >> beam.Flatten()
     return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: built[DISCARDED],
-            EMITTED: built[EMITTED]}
+            EMITTED: built[EMITTED], **outputs}
 
 
 def sample_key(seed: int, row: dict) -> str:

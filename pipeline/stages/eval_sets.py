@@ -14,6 +14,7 @@ from pipeline.perturb import eval_replace, eval_swap
 from pipeline.perturb.eval_replace import ReplaceTable, replace_hard_positive
 from pipeline.perturb.eval_swap import swap_hard_positive
 from pipeline.perturb.outcomes import Skip
+from pipeline.perturb.text import lower_case
 from pipeline.sources import aro, vl_checklist
 from pipeline.sources.files import READ
 
@@ -58,16 +59,22 @@ class MakeReplaceRows(_RowsOrDeadLetters):
     def make_row(self, record):
         r = replace_hard_positive(
             record["caption"], record["hard_negative"], record["subset"], record["category"], self.replace_table)
+        # One case for c, c_n and c_p, as the official release: VL-CheckList writes relations in capitals in
+        # c ("letters ON sign") far more often than in c_n, a cue a cased text encoder could use alone.
         return {
             **{k: record[k] for k in ("example_id", "source", "source_file", "source_index", "subset", "category",
-                                      "image_path", "image_id", "caption", "hard_negative")},
-            "hard_positive": r.hard_positive,
+                                      "image_path", "image_id")},
+            "caption": lower_case(record["caption"]),
+            "hard_negative": lower_case(record["hard_negative"]),
+            "hard_positive": lower_case(r.hard_positive),
+            "source_caption": record["caption"],
+            "source_negative": record["hard_negative"],
             "replaced_from": r.pair.source,
             "replaced_to": r.pair.target,
             "span_start": r.span_start,
-            "original_span": r.original_span,
-            "positive_span": r.positive_span,
-            "negative_span": r.negative_span,
+            "original_span": lower_case(r.original_span),
+            "positive_span": lower_case(r.positive_span),
+            "negative_span": lower_case(r.negative_span),
             "generator": eval_replace.GENERATOR,
             "table_sha256": self.replace_table.sha256,
         }

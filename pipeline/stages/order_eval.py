@@ -31,10 +31,10 @@ class MakeOrderRows(CaptionRowsFn):
         row = {k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
                                       "source_file", "caption")}
         for name in ARO_ORDER:
-            found = self.generators.generate(name, doc, self.seed, record["example_id"], 1)
+            found = self.generators.order(name, doc, self.seed, record["example_id"], 1)
             if not found:
                 raise Discard(f"no_{name}", f"no word order of {name} differs from the caption")
-            row[name] = found[0][0].text
+            row[name] = found[0].text
         row.update({"generator": version("aro_order"), "seed": self.seed})
         return [row]
 

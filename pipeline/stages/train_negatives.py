@@ -1,4 +1,7 @@
-"""Stage train_negatives: rule-based hard negatives for COCO captions, one table of (caption, negative) rows."""
+"""Stage train_negatives: rule-based hard negatives for COCO captions, one table of (caption, negative) rows.
+
+A first pass counts the input captions' vocabulary and trigrams (a side input); each generator then proposes
+every legal candidate per caption and --negative_ranker emits the most plausible (perturb/rank.py)."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -6,9 +9,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
-from pipeline.options import HardposOptions, type_list
-from pipeline.perturb.generators import NEGATIVE_TYPES, version
+from pipeline.options import HardposOptions, UsageError, type_list
+from pipeline.perturb.generators import NEGATIVE_TYPES, RANKED, version
 from pipeline.perturb.outcomes import Discard
+from pipeline.perturb.rank import NgramScorer
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
 
 STAGE = TABLE = "train_negatives"
@@ -23,32 +27,57 @@ def negative_types(opts: HardposOptions) -> list[str]:
 class MakeNegativeRows(CaptionRowsFn):
     stage, table = STAGE, TABLE
 
-    def __init__(self, negative_types: list[str], per_caption: int, seed: int, spacy_model, batch_size: int):
+    def __init__(self, negative_types: list[str], per_caption: int, seed: int, spacy_model, batch_size: int,
+                 ranker: str = "ngram", ranker_model: str | None = None, ranker_device: str = "auto",
+                 ranker_batch_size: int = 64):
         super().__init__(negative_types, spacy_model, batch_size)
         self.per_caption, self.seed = per_caption, seed
+        self.ranker, self.ranker_model = ranker, ranker_model
+        self.ranker_device, self.ranker_batch_size = ranker_device, ranker_batch_size
 
-    def rows(self, record, doc):
-        rows = []
-        for negative_type in self.negative_types:
-            found = self.generators.generate(negative_type, doc, self.seed, record["example_id"], self.per_caption)
-            for index, (candidate, atom) in enumerate(found):
-                rows.append({
-                    **{k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                              "source_file", "caption")},
-                    "hard_negative": candidate.text,
-                    "negative_type": negative_type,
-                    "negative_index": index,
-                    "atom": atom,
-                    "changed_span": candidate.changed_span,
-                    "new_span": candidate.new_span,
-                    "span_start": candidate.span_start,
-                    "span_end": candidate.span_end,
-                    "generator": version(negative_type),
-                    "seed": self.seed,
-                })
-        if not rows:
-            raise Discard("no_candidate", f"no {' / '.join(self.negative_types)} negative for this caption")
-        return rows
+    def setup(self):
+        super().setup()
+        self.lm = None
+        if self.ranker == "lm" and set(RANKED) & set(self.negative_types):
+            from pipeline.llm.scoring import LMScorer
+
+            self.lm = LMScorer(self.ranker_model, self.ranker_device, self.ranker_batch_size)
+
+    def _scorer(self, corpus):
+        if self.ranker == "lm":
+            return self.lm
+        return NgramScorer(corpus) if self.ranker == "ngram" else None
+
+    def batch_rows(self, records, docs, corpus):
+        found = self.generators.negatives(docs, [r["example_id"] for r in records], self.seed, self.per_caption,
+                                          corpus, self._scorer(corpus))
+        out = []
+        for record, by_type in zip(records, found, strict=True):
+            rows = []
+            for negative_type, choices in by_type.items():
+                ranked = negative_type in RANKED
+                for index, choice in enumerate(choices):
+                    candidate = choice.candidate
+                    rows.append({
+                        **{k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
+                                                  "source_file", "caption")},
+                        "hard_negative": candidate.text,
+                        "negative_type": negative_type,
+                        "negative_index": index,
+                        "atom": choice.atom,
+                        "changed_span": candidate.changed_span,
+                        "new_span": candidate.new_span,
+                        "span_start": candidate.span_start,
+                        "span_end": candidate.span_end,
+                        "generator": version(negative_type),
+                        "ranker": self.ranker if ranked else None,
+                        "rank_score": choice.score,
+                        "candidates": choice.candidates,
+                        "seed": self.seed,
+                    })
+            out.append(rows or Discard("no_candidate",
+                                       f"no {' / '.join(self.negative_types)} negative for this caption"))
+        return out
 
 
 def _group(row: dict) -> tuple:
@@ -61,6 +90,15 @@ def tables(opts: HardposOptions) -> list[str]:
 
 def check_inputs(opts: HardposOptions) -> None:
     check_coco(opts, negative_types(opts))
+    if opts.negative_ranker == "lm":
+        from pipeline.llm.models import ModelMissing, resolve
+
+        try:
+            source = resolve(opts.ranker_model)
+        except ModelMissing as e:
+            raise UsageError(f"--negative_ranker=lm: {e}") from None
+        if source.gguf_file and not FileSystems.exists(FileSystems.join(source.path, source.gguf_file)):
+            raise UsageError(f"--ranker_model: no such file {opts.ranker_model}")
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
@@ -70,13 +108,18 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
     """The stage's graph; returns {"rows": negative rows, "counts": report counts} (train_set joins the rows)."""
     types = negative_types(opts)
-    fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size)
-    outputs = make_rows(pipeline, opts, STAGE, TABLE, fn)
+    fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size,
+                          opts.negative_ranker, opts.ranker_model, opts.ranker_device, opts.ranker_batch_size)
+    outputs = make_rows(pipeline, opts, STAGE, TABLE, fn, with_corpus=True)
     _ = outputs["rows"] | "WriteSamples" >> WriteSamples(
         FileSystems.join(opts.output_dir, SAMPLES_FILE), "train_negatives: random (caption, hard negative) pairs",
         lambda r: r["negative_type"], ["caption", "hard_negative", "atom"], opts.seed)
-    counts = outputs | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
-                                                         group=_group)
+    written = {k: v for k, v in outputs.items() if k != "corpus"} | "WriteTable" >> WriteTableOutputs(
+        STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard, group=_group)
+    corpus = outputs["corpus"] | "CorpusFigures" >> beam.FlatMap(
+        lambda m: [(("corpus", TABLE, "captions"), m.captions), (("corpus", TABLE, "words"), len(m.vocabulary) - 3),
+                   (("corpus", TABLE, "trigrams"), len(m.keys3))])
+    counts = (written, corpus) | "TableCounts" >> beam.Flatten()
     return {"rows": outputs["rows"], "counts": counts}
 
 
@@ -93,6 +136,13 @@ def report_tables(counts: dict, opts: HardposOptions) -> dict:
                 atoms[atom] = atoms.get(atom, 0) + n
     for stats in by_type.values():
         stats["yield"] = round(stats["captions_with_negative"] / captions, 4) if captions else 0.0
+    corpus = {key[2]: n for key, n in counts.items() if key[0] == "corpus" and key[1] == TABLE}
+    ranker = {"name": opts.negative_ranker}
+    if opts.negative_ranker == "lm":
+        from pipeline.llm.models import resolve
+
+        ranker["model"] = resolve(opts.ranker_model).name
     section.update({"negative_types": by_type, "replace_atoms": atoms, "samples_file": SAMPLES_FILE,
-                    "negatives_per_caption": opts.negatives_per_caption, "seed": opts.seed})
+                    "negatives_per_caption": opts.negatives_per_caption, "seed": opts.seed, "ranker": ranker,
+                    "corpus": corpus})
     return {TABLE: section}

@@ -1,0 +1,238 @@
+"""What the input captions themselves say about English: their vocabulary and a smoothed trigram model.
+
+Computed by the pipeline in a first pass over the same captions it perturbs (stages/captions.py wraps
+CorpusCounts in a CombineFn and hands the CorpusModel on as a side input), so the statistics follow the input
+and scale with the runner; nothing is built by hand. Pure Python and numpy, no Beam.
+
+- The vocabulary: a replacement word must be one the captions use ("sunshade", "scriptorium" never are).
+- The trigram model: interpolated absolute discounting (Ney et al. 1994) over casefolded tokens, punctuation
+  included, with sentence boundaries. It scores how plausible a caption-like text is, cheaply on a CPU.
+  N-grams are stored as sorted int64 keys with int32 counts (12 bytes each), so the model of 591,753 COCO
+  captions is tens of MB, pickled once to each worker, and looked up with one numpy call per batch.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.perturb.text import TOKEN as WORD
+from pipeline.perturb.text import words
+
+BOS, EOS = "<s>", "</s>"
+DISCOUNT = 0.75
+MAX_VOCABULARY = 2_000_000  # (V+1)**3 < 2**63
+_SEP = "\x1f"
+
+
+def tokens(text: str) -> list[str]:
+    """The model's tokens: casefolded words and punctuation marks (perturb/text.words)."""
+    return words(text)
+
+
+def is_word(token: str) -> bool:
+    return any(c.isalpha() for c in token)
+
+
+class CorpusCounts:
+    """Mergeable n-gram counts (the CombineFn's accumulator): unigrams, bigrams and trigrams as joined strings."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+        self.captions = 0
+
+    def add(self, caption: str) -> None:
+        padded = [BOS, BOS, *tokens(caption), EOS]
+        self.captions += 1
+        c = self.counts
+        for i in range(2, len(padded)):
+            u, v, w = padded[i - 2], padded[i - 1], padded[i]
+            c[w] += 1
+            c[v + _SEP + w] += 1
+            c[u + _SEP + v + _SEP + w] += 1
+
+    def merge(self, other: CorpusCounts) -> CorpusCounts:
+        self.counts.update(other.counts)
+        self.captions += other.captions
+        return self
+
+    def model(self) -> CorpusModel:
+        return CorpusModel.from_counts(self.counts, self.captions)
+
+
+@dataclass
+class CorpusModel:
+    """Vocabulary and trigram tables; ids are ranks by (count desc, word), so equal input gives equal bytes."""
+
+    captions: int
+    vocabulary: dict[str, int]   # word -> id; id len(vocabulary) is the unknown word
+    unigram: np.ndarray          # id -> count (BOS excluded: it is never predicted)
+    keys2: np.ndarray            # sorted bigram keys u*V+v
+    count2: np.ndarray           # bigram counts
+    context_keys2: np.ndarray    # sorted keys of the (u, v) that precede some word in a trigram
+    context2: np.ndarray         # their count as a trigram context
+    follow2: np.ndarray          # distinct words seen after them (the back-off weight)
+    keys3: np.ndarray            # sorted trigram keys (u*V+v)*V+w
+    count3: np.ndarray
+    context1: np.ndarray         # id -> count as a bigram context
+    follow1: np.ndarray          # id -> distinct words seen after it
+
+    @classmethod
+    def from_counts(cls, counts: Counter, captions: int) -> CorpusModel:
+        grams = {1: {}, 2: {}, 3: {}}
+        for key, n in counts.items():
+            parts = tuple(key.split(_SEP))
+            grams[len(parts)][parts] = n
+        unigrams = grams[1]
+        unigrams.setdefault((BOS,), 0)
+        # Keys are products of ids: past MAX_VOCABULARY words a trigram key would not fit in int64, so the
+        # rarest words beyond it share the unknown id.
+        ranked = sorted(unigrams, key=lambda p: (-unigrams[p], p[0]))[:MAX_VOCABULARY]
+        vocabulary = {p[0]: i for i, p in enumerate(ranked)}
+        size = len(vocabulary) + 1
+        unigram = np.zeros(size, dtype=np.int64)
+        for (w,), n in unigrams.items():
+            unigram[vocabulary.get(w, size - 1)] += n
+        unigram[vocabulary[BOS]] = 0
+
+        def table(order: int):
+            merged = Counter()
+            for parts, n in grams[order].items():
+                merged[_key([vocabulary.get(p, size - 1) for p in parts], size)] += n
+            items = sorted(merged.items())
+            keys = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
+            values = np.fromiter((n for _, n in items), dtype=np.int64, count=len(items))
+            return keys, values
+
+        keys2, count2 = table(2)
+        keys3, count3 = table(3)
+        # Trigram contexts (u, v): total count and distinct followers ((BOS, BOS) is a context, not a bigram).
+        context_keys2, where = np.unique(keys3 // size, return_inverse=True)
+        context2 = np.bincount(where, weights=count3, minlength=len(context_keys2)).astype(np.int64)
+        follow2 = np.bincount(where, minlength=len(context_keys2)).astype(np.int64)
+        # Bigram contexts v: total count and distinct followers.
+        context1 = np.zeros(size, dtype=np.int64)
+        follow1 = np.zeros(size, dtype=np.int64)
+        np.add.at(context1, keys2 // size, count2)
+        np.add.at(follow1, keys2 // size, 1)
+        return cls(captions, vocabulary, unigram, keys2, count2.astype(np.int32), context_keys2,
+                   context2.astype(np.int32), follow2.astype(np.int32), keys3, count3.astype(np.int32), context1,
+                   follow1)
+
+    @property
+    def size(self) -> int:
+        return len(self.vocabulary) + 1
+
+    def count(self, word: str) -> int:
+        """How often the captions use this word (casefolded)."""
+        i = self.vocabulary.get(word.casefold())
+        return int(self.unigram[i]) if i is not None else 0
+
+    def bigram(self, a: str, b: str) -> int:
+        """How often the captions have word b right after word a (casefolded). Answers are kept: the
+        generators ask about the same few pairs over and over."""
+        cache = self.__dict__.setdefault("_bigrams", {})
+        key = (a.casefold(), b.casefold())
+        if key not in cache:
+            i, j = self.vocabulary.get(key[0]), self.vocabulary.get(key[1])
+            cache[key] = 0 if i is None or j is None else \
+                int(_lookup(self.keys2, self.count2, np.asarray([i * self.size + j], dtype=np.int64))[0])
+        return cache[key]
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_bigrams"}
+
+    def fingerprint(self) -> str:
+        """A digest of the model's content, recorded in reports (equal captions give equal models)."""
+        h = hashlib.sha256()
+        for array in (self.unigram, self.keys2, self.count2, self.keys3, self.count3):
+            h.update(array.tobytes())
+        return h.hexdigest()[:16]
+
+    def _ids(self, words: list[str]) -> list[int]:
+        unknown = self.size - 1
+        return [self.vocabulary.get(t, unknown) for t in words]
+
+    def _padded(self, words: list[str]) -> list[int]:
+        bos = self.vocabulary[BOS]
+        return [bos, bos, *self._ids(words), self.vocabulary.get(EOS, self.size - 1)]
+
+    def logprobs(self, texts: list[str]) -> list[float]:
+        """Natural-log probability of each text (its tokens and the end of the sentence), one numpy pass."""
+        triples, owners = [], []
+        for n, text in enumerate(texts):
+            padded = self._padded(tokens(text))
+            triples.extend(zip(padded, padded[1:], padded[2:]))
+            owners.extend([n] * (len(padded) - 2))
+        totals = np.zeros(len(texts))
+        if triples:
+            np.add.at(totals, np.asarray(owners), self._trigram_logprobs(triples))
+        return totals.tolist()
+
+    def drops(self, caption: str, changes: list[tuple[int, int, str]]) -> list[float]:
+        """log P(caption) - log P(caption with [start, end) replaced by new), per (start, end, new): the
+        negatives' changes, scored from the trigrams they touch only (the rest of the two texts is the same).
+        start and end are the changed span's character offsets and fall on word boundaries."""
+        spans = [(m.start(), m.end()) for m in WORD.finditer(caption)]
+        padded = self._padded([caption[a:b].casefold() for a, b in spans])
+        starts, ends = [a for a, _ in spans], [b for _, b in spans]
+        triples, owners, signs = [], [], []
+        for n, (start, end, new) in enumerate(changes):
+            # A change inside a word ("close-up" -> "close-down", "men's"): widen it to whole tokens.
+            i = bisect.bisect_right(starts, start) - 1
+            if i >= 0 and ends[i] > start and starts[i] < start:
+                new, start = caption[starts[i]:start] + new, starts[i]
+            j = bisect.bisect_left(ends, end)
+            if j < len(spans) and starts[j] < end < ends[j]:
+                new, end = new + caption[end:ends[j]], ends[j]
+            p = bisect.bisect_left(starts, start)      # words before the change
+            q = bisect.bisect_left(starts, end)        # words before the rest
+            new_ids = self._ids(tokens(new))
+            changed = padded[:2 + p] + new_ids + padded[2 + q:]
+            # The caption's trigrams that end in the changed words or in the two after them, and the negative's.
+            for seq, last, sign in ((padded, 2 + q + 2, 1.0), (changed, 2 + p + len(new_ids) + 2, -1.0)):
+                for i in range(2 + p, min(last, len(seq))):
+                    triples.append((seq[i - 2], seq[i - 1], seq[i]))
+                    owners.append(n)
+                    signs.append(sign)
+        totals = np.zeros(len(changes))
+        if triples:
+            np.add.at(totals, np.asarray(owners), np.asarray(signs) * self._trigram_logprobs(triples))
+        return totals.tolist()
+
+    def _trigram_logprobs(self, triples: list[tuple[int, int, int]]) -> np.ndarray:
+        """log P(w | u v) for each (u, v, w) of ids: interpolated absolute discounting."""
+        grid = np.asarray(triples, dtype=np.int64)
+        u, v, w = grid[:, 0], grid[:, 1], grid[:, 2]
+        size = self.size
+        # Unigram, add-one so that an unknown word keeps some mass.
+        p = (self.unigram[w] + 1) / (self.unigram.sum() + size)
+        # Bigram, interpolated with the unigram.
+        c2 = _lookup(self.keys2, self.count2, v * size + w)
+        ctx1, fol1 = self.context1[v], self.follow1[v]
+        p = np.where(ctx1 > 0, (np.maximum(c2 - DISCOUNT, 0) + DISCOUNT * fol1 * p) / np.maximum(ctx1, 1), p)
+        # Trigram, interpolated with the bigram.
+        bigram_keys = u * size + v
+        ctx2 = _lookup(self.context_keys2, self.context2, bigram_keys)
+        fol2 = _lookup(self.context_keys2, self.follow2, bigram_keys)
+        c3 = _lookup(self.keys3, self.count3, bigram_keys * size + w)
+        p = np.where(ctx2 > 0, (np.maximum(c3 - DISCOUNT, 0) + DISCOUNT * fol2 * p) / np.maximum(ctx2, 1), p)
+        return np.log(p)
+
+
+def _key(ids: list[int], size: int) -> int:
+    key = 0
+    for i in ids:
+        key = key * size + i
+    return key
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """values[keys == wanted] per element, 0 where the key is absent."""
+    if len(keys) == 0:
+        return np.zeros(len(wanted), dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[at] == wanted, values[at], 0).astype(np.int64)

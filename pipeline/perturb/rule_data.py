@@ -1,0 +1,147 @@
+"""The hand-written linguistic data the negative rules read, from pipeline/perturb/data/*.json (kept as data so
+a reader can review and extend it without reading code): preposition contrasts and where each is physically
+possible, near-synonym groups, and what swaps may exchange."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _load(name: str) -> tuple[dict, str]:
+    data = (DATA / name).read_bytes()
+    return json.loads(data), hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Prepositions:
+    contrasts: dict[tuple[str, ...], tuple[str, ...]]
+    never_with: dict[str, frozenset[str]]
+    only_with: dict[str, tuple[str, ...]]      # new preposition -> WordNet synset names, one must be a hypernym
+    not_after: dict[str, frozenset[str]]
+    fixed_phrases: dict[str, frozenset[str]]
+    sha256: str
+
+
+@cache
+def prepositions() -> Prepositions:
+    raw, digest = _load("prepositions.json")
+    ground = frozenset(raw["ground"])
+
+    def words(value) -> frozenset[str]:
+        return ground if value == "ground" else frozenset(value)
+
+    return Prepositions(
+        contrasts={tuple(key): tuple(new) for key, new in raw["contrasts"]},
+        never_with={p: words(v) for p, v in raw["never_with"].items()},
+        only_with={p: tuple(v) for p, v in raw["only_with"].items()},
+        not_after={p: frozenset(v) for p, v in raw["not_after"].items()},
+        fixed_phrases={p: frozenset(v) for p, v in raw["fixed_phrases"].items()},
+        sha256=digest,
+    )
+
+
+@cache
+def near_synonym_groups() -> dict[str, frozenset[int]]:
+    """lemma -> the ids of the groups it belongs to."""
+    raw, _ = _load("near_synonyms.json")
+    groups: dict[str, set[int]] = {}
+    for i, group in enumerate(raw["groups"]):
+        for word in group:
+            groups.setdefault(word, set()).add(i)
+    return {w: frozenset(ids) for w, ids in groups.items()}
+
+
+def listed_near_synonyms(a: str, b: str) -> bool:
+    groups = near_synonym_groups()
+    return bool(groups.get(a, frozenset()) & groups.get(b, frozenset()))
+
+
+@dataclass(frozen=True)
+class Replacements:
+    object_sets: dict[str, tuple[str, ...]]   # noun lemma -> the other words of its contrast sets
+    people: dict[str, tuple[str, ...]]        # person word -> whom it may become
+    sets_of: dict[str, frozenset[str]]        # noun lemma -> the names of its contrast sets
+
+
+@cache
+def replacements() -> Replacements:
+    raw, _ = _load("replacements.json")
+    sets: dict[str, list[str]] = {}
+    for members in raw["objects"].values():
+        for word in members:
+            sets.setdefault(word, []).extend(m for m in members if m != word)
+    names: dict[str, set[str]] = {}
+    for name, members in raw["objects"].items():
+        for word in members:
+            names.setdefault(word, set()).add(name)
+    return Replacements({w: tuple(dict.fromkeys(m)) for w, m in sets.items()},
+                        {w: tuple(m) for w, m in raw["people"].items()},
+                        {w: frozenset(n) for w, n in names.items()})
+
+
+@cache
+def verb_objects() -> dict[str, frozenset[str]]:
+    """verb lemma -> the contrast sets its object must belong to (data/verbs.json "objects")."""
+    raw, _ = _load("verbs.json")
+    return {v: frozenset(sets) for v, sets in raw.get("objects", {}).items()}
+
+
+@cache
+def verb_contrasts() -> dict[str, tuple[str, ...]]:
+    """verb lemma -> the verbs of its groups (data/verbs.json), in the file's order, itself excluded."""
+    raw, _ = _load("verbs.json")
+    contrasts: dict[str, list[str]] = {}
+    for group in raw["groups"].values():  # noqa: B007
+        for verb in group:
+            contrasts.setdefault(verb, []).extend(v for v in group if v != verb)
+    return {v: tuple(dict.fromkeys(c)) for v, c in contrasts.items()}
+
+
+@dataclass(frozen=True)
+class SwapRules:
+    quantity_heads: frozenset[str]
+    symmetric_relations: frozenset[str]
+    general_nouns: frozenset[str]
+    exchangeable_classes: frozenset[str]
+    attribute_class: dict[str, frozenset[str]]   # adjective -> its classes
+    object_classes: tuple[tuple[str, frozenset[str], frozenset[str], frozenset[str]], ...]  # name, words,
+    # lexnames, hypernym synsets
+
+    def class_words(self, name: str) -> frozenset[str]:
+        return next(words for n, words, _, _ in self.object_classes if n == name)
+
+    def object_class(self, lemma: str, lexname: str | None, hypernyms: frozenset[str]) -> str | None:
+        """The class a noun exchanges within: by its lemma, else its WordNet lexname, else a hypernym."""
+        for name, words, _, _ in self.object_classes:
+            if lemma in words:
+                return name
+        for name, _, lexnames, _ in self.object_classes:
+            if lexname in lexnames:
+                return name
+        for name, _, _, synsets in self.object_classes:
+            if synsets & hypernyms:
+                return name
+        return None
+
+
+@cache
+def swap_rules() -> SwapRules:
+    raw, _ = _load("swaps.json")
+    attribute_class: dict[str, set[str]] = {}
+    for name, adjectives in raw["attribute_classes"].items():
+        for adjective in adjectives:
+            attribute_class.setdefault(adjective, set()).add(name)
+    return SwapRules(
+        quantity_heads=frozenset(raw["quantity_heads"]),
+        symmetric_relations=frozenset(raw["symmetric_relations"]),
+        general_nouns=frozenset(raw["general_nouns"]),
+        exchangeable_classes=frozenset(raw["exchangeable_classes"]),
+        attribute_class={a: frozenset(c) for a, c in attribute_class.items()},
+        object_classes=tuple((name, frozenset(c.get("words", ())), frozenset(c.get("lexnames", ())),
+                              frozenset(c.get("synsets", ()))) for name, c in raw["object_classes"].items()),
+    )
