@@ -12,6 +12,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
 
 EMITTED = "emitted"
 
@@ -67,7 +68,7 @@ def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
 
 def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn):
     """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes."""
-    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table)
+    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table, InputBounds.of(opts))
     built = (
         read["records"]
         | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size, max_batch_size=opts.nlp_batch_size * 4)
@@ -85,7 +86,11 @@ def sample_key(seed: int, row: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A markdown table cell: pipes escaped, control and invisible characters (newline, ESC, NUL, bidi overrides)
+    written as escapes, so a caption can neither break the table nor act on a terminal."""
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+    return text.replace("|", "\\|")
 
 
 def samples_markdown(title: str, groups: list[tuple[str, list[dict]]], columns: list[str], seed: int) -> str:
