@@ -1,4 +1,7 @@
 import json
+import random
+import signal
+import time
 
 import pytest
 
@@ -144,3 +147,33 @@ def test_table_covers_every_vl_checklist_category(table):
     from pipeline.sources.vl_checklist import FILES
     assert sorted(table.categories()) == sorted(FILES)
     assert table.pairs_for("attribute", "material") == []
+
+
+def test_case10_the_caption_diff_takes_linear_time_on_long_captions(table):
+    """The diff was cubic: 2,400 words took 52 s and a 20 KB caption never finished. Both are now milliseconds."""
+    rng = random.Random(0)
+    vocabulary = [f"word{i}" for i in range(300)]
+    unrelated = (" ".join(rng.choices(vocabulary, k=2_400)), " ".join(rng.choices(vocabulary, k=2_400)))
+    one_change = " ".join(f"cat{i} sitting on mat{i}" for i in range(600))  # 2,400 words
+    cases = [unrelated, (one_change, one_change.replace("cat300 sitting", "cat300 standing"))]
+
+    def too_slow(*_):
+        raise TimeoutError("the diff did not finish in 5 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        started = time.monotonic()
+        outcomes = []
+        for caption, negative in cases:
+            try:
+                outcomes.append(replace_hard_positive(caption, negative, "relation", "action", table).hard_positive)
+            except Discard as skip:
+                outcomes.append(skip.reason)
+        elapsed = time.monotonic() - started
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert outcomes[0] == "negative_changes_several_spans"
+    assert outcomes[1] == one_change.replace("cat300 sitting", "cat300 seated")
+    assert elapsed < 1.0
