@@ -6,6 +6,12 @@ import argparse
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all", "images", "publish")
+# Input bounds: a record past one is a dead letter with the reason, never a crash or a hang. The defaults are far
+# above anything in COCO (at most 50 words), VL-CheckList or ARO.
+MAX_CAPTION_CHARS = 2_000
+MAX_CAPTION_WORDS = 300
+MAX_JSON_DEPTH = 64
+JSON_DEPTH_LIMIT = 200  # Python's JSON parser recurses; deeper than this would crash it
 
 
 class UsageError(Exception):
@@ -16,6 +22,27 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _json_depth(text: str) -> int:
+    value = _positive_int(text)
+    if value > JSON_DEPTH_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {JSON_DEPTH_LIMIT}, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
     return value
 
 
@@ -115,7 +142,14 @@ class HardposOptions(PipelineOptions):
                             help="images: img2dataset download processes.")
         parser.add_argument("--image_threads", type=_positive_int, default=16,
                             help="images: download threads per process.")
-        parser.add_argument("--image_timeout", type=float, default=10.0, help="images: seconds per download.")
+        parser.add_argument("--image_timeout", type=float, default=10.0,
+                            help="images: seconds a connection or one read may stall (default 10).")
+        parser.add_argument("--image_deadline", type=_positive_float, default=60.0,
+                            help="images: seconds for one image's whole download, however slowly the bytes come "
+                                 "(default 60); past it the image fails with reason deadline_exceeded.")
+        parser.add_argument("--image_max_bytes", type=_positive_int, default=50_000_000,
+                            help="images: largest image body read, in bytes (default 50,000,000); a larger one "
+                                 "fails with reason too_large, without being read whole.")
         parser.add_argument("--image_retries", type=int, default=0, help="images: retries per failed download.")
         parser.add_argument("--retry_failed_images", action="store_true", default=False,
                             help="images: ask again for images that failed in an earlier run (default: only "
@@ -127,11 +161,30 @@ class HardposOptions(PipelineOptions):
         parser.add_argument("--private", action="store_true", default=False,
                             help="publish: create the Hub repository as private.")
         parser.add_argument("--publish_dir", default=None,
-                            help="publish: local folder for the Hub layout (default <output_dir>/hub).")
+                            help="publish: local folder for the Hub layout (default <output_dir>/hub). It must be "
+                                 "empty or hold an earlier publish (its .hardpos-publish.json manifest); only the "
+                                 "files that manifest lists are ever replaced or deleted.")
+        parser.add_argument("--allow_partial", action="store_true", default=False,
+                            help="publish: skip, with a line each, folders holding a run with no report.json (killed, "
+                                 "failed or still running) instead of refusing to publish (default: refuse).")
         parser.add_argument("--progress_seconds", type=float, default=5.0,
                             help="Seconds between progress lines while a pipeline runs; 0 turns them off.")
         parser.add_argument("--rows_per_shard", type=_positive_int, default=100_000,
                             help="Rows per Parquet shard; the shard count follows from the row count.")
+        parser.add_argument("--max_caption_chars", type=_positive_int, default=MAX_CAPTION_CHARS,
+                            help=f"Longest caption read, in characters (default {MAX_CAPTION_CHARS:,}); a longer "
+                                 f"one is a rejected record (caption_too_long). Also bounds the other text fields "
+                                 f"of a record (field_too_long).")
+        parser.add_argument("--max_caption_words", type=_positive_int, default=MAX_CAPTION_WORDS,
+                            help=f"Most words in a caption read (default {MAX_CAPTION_WORDS}); more is a rejected "
+                                 f"record (caption_too_long).")
+        parser.add_argument("--max_json_depth", type=_json_depth, default=MAX_JSON_DEPTH,
+                            help=f"Deepest nesting of lists and objects in one input record (default "
+                                 f"{MAX_JSON_DEPTH}, at most {JSON_DEPTH_LIMIT}); a deeper record is rejected "
+                                 f"(json_too_deep).")
+        parser.add_argument("--max_failed_fraction", type=_fraction, default=0.5,
+                            help="hard_positives: the run fails (exit 1, nothing committed) when more than this "
+                                 "fraction of its prompts failed as LLM requests, request_failed (default 0.5).")
 
 
 def type_list(flag: str, value: str, choices, allow_all: bool = False) -> list[str]:

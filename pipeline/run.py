@@ -10,7 +10,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from pipeline.io.outputs import owned_paths
+from pipeline.io.commit import COMMIT_FILE, FolderLock, commit, new_staging, recover, remove_tree
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
 from pipeline.options import HardposOptions, UsageError, normalise_argv, unknown_flags
@@ -49,54 +49,108 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     return options, opts
 
 
-def _clear_owned_outputs(opts: HardposOptions, tables: list[str]) -> None:
-    """Remove what an earlier run wrote for these tables, so no stale shard survives a smaller re-run."""
-    patterns = [p for t in tables for p in owned_paths(opts.output_dir, t)]
-    stale = [m.path for result in FileSystems.match(patterns) for m in result.metadata_list]
-    for name in (REPORT_FILE, REPORT_FILE.removesuffix(".json") + ".md"):
-        report = FileSystems.join(opts.output_dir, name)
-        if FileSystems.exists(report):
-            stale.append(report)
-    if stale:
-        FileSystems.delete(stale)
-
-
-def _write_report(counts: dict, opts: HardposOptions, stage_inputs: dict) -> None:
-    stage = STAGES[opts.stage]
+def _write_report(counts: dict, staging: str, target: str, stage: str, opts: HardposOptions,
+                  stage_inputs: dict) -> None:
     report = {
-        "stage": opts.stage,
-        "output_dir": opts.output_dir,
+        "stage": stage,
+        "output_dir": target,
         "inputs": stage_inputs,
-        "tables": stage.report_tables(counts, opts),
+        "tables": STAGES[stage].report_tables(counts, opts),
     }
-    write_json(FileSystems.join(opts.output_dir, REPORT_FILE), report)
+    write_json(FileSystems.join(staging, REPORT_FILE), report)
+
+
+def failed_requests(report: dict, max_fraction: float) -> str | None:
+    """Why the run must not count as done because too many of its LLM requests failed, or None."""
+    for name, section in report["tables"].items():
+        if "prompts" not in section:
+            continue
+        # Over all the table's prompts, cached answers included: a resumed run whose only new requests are the
+        # ones that failed before must not fail for that.
+        prompts = section["prompts"]
+        failed = section.get("reject_reasons", {}).get("request_failed", 0)
+        if prompts and failed / prompts > max_fraction:
+            return (f"{failed:,} of the {prompts:,} LLM prompts of {name} failed as requests (request_failed), "
+                    f"more than --max_failed_fraction={max_fraction}")
+    return None
+
+
+class RunFailed(Exception):
+    """The pipeline ran, but its result must not replace the earlier one; the message is one line, `report` the
+    stage's report when there is one (its summary says what went wrong)."""
+
+    def __init__(self, message: str, report: dict | None = None):
+        super().__init__(message)
+        self.report = report
 
 
 def run(options: PipelineOptions, opts: HardposOptions) -> dict:
-    """Runs the stage to the end and returns its report."""
+    """Runs the stage to the end and returns its report (report_path: the folder's report.json).
+
+    Beam stages write into a staging folder in --output_dir and commit (pipeline/io/commit.py) only when the
+    pipeline is done and its counts hold; RunFailed otherwise, with the earlier result left as it was.
+    """
     stage = STAGES[opts.stage]
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
-    _clear_owned_outputs(opts, stage.tables(opts))
-    inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table", "coco_captions",
-                                                     "model", "cache_dir", "hard_positives_dir", "train_negatives_dir")
-              if getattr(opts, name)}
-    pipeline = beam.Pipeline(options=options)
-    (stage.build(pipeline, opts)
-     | "SumCounts" >> beam.CombineGlobally(SumCounts())
-     | "WriteReport" >> beam.Map(_write_report, opts, inputs))
-    # The local runners run to the end inside run(), while the printer's thread reports; remote runners
-    # (Dataflow) return at once, and their live counters are polled instead.
-    with ProgressPrinter(opts.progress_seconds):
-        result = pipeline.run()
-        if opts.progress_seconds > 0 and not PipelineState.is_terminal(result.state):
-            poll_metrics(result, opts.progress_seconds)
-    state = result.wait_until_finish()
-    if state != PipelineState.DONE:
-        raise RuntimeError(f"the pipeline ended in state {state}")
-    report = read_json(FileSystems.join(opts.output_dir, REPORT_FILE))
-    report["report_path"] = FileSystems.join(opts.output_dir, REPORT_FILE)
+    target = opts.output_dir
+    with FolderLock(target, opts.stage):
+        for line in recover(target):
+            print(line, file=sys.stderr)
+        staging = new_staging(target, opts.stage)
+        inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table",
+                                                         "coco_captions", "model", "cache_dir",
+                                                         "hard_positives_dir", "train_negatives_dir")
+                  if getattr(opts, name)}
+        try:
+            report = _run_into(staging, target, options, opts, inputs)
+            problem = ([] if report_balanced(report) else
+                       ["counts do not add up (read != rows + discarded + rejected)"])
+            failed = failed_requests(report, opts.max_failed_fraction)
+            if failed:
+                problem.append(failed)
+            if problem:
+                raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay",
+                                report)
+            commit(staging, target, report)
+        except BaseException:
+            if not FileSystems.exists(FileSystems.join(staging, COMMIT_FILE)):
+                remove_tree(staging)  # a run stopped before its commit leaves nothing; one stopped during it is
+            raise                     # finished by the next run (pipeline/io/commit.py)
+    report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
+
+
+def report_balanced(report: dict) -> bool:
+    return all(t["balanced"] for t in report["tables"].values())
+
+
+def _run_into(staging: str, target: str, options: PipelineOptions, opts: HardposOptions, inputs: dict) -> dict:
+    """The pipeline with --output_dir pointed at the staging folder (so every worker writes there, whatever the
+    runner); the stage report it wrote."""
+    stage = STAGES[opts.stage]
+    # train_set reads the other tables from --output_dir by default: the committed ones, not the staging folder.
+    for flag in ("hard_positives_dir", "train_negatives_dir"):
+        if not getattr(opts, flag):
+            setattr(opts, flag, target)
+    opts.output_dir = staging
+    try:
+        pipeline = beam.Pipeline(options=options)
+        (stage.build(pipeline, opts)
+         | "SumCounts" >> beam.CombineGlobally(SumCounts())
+         | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs))
+        # The local runners run to the end inside run(), while the printer's thread reports; remote runners
+        # (Dataflow) return at once, and their live counters are polled instead.
+        with ProgressPrinter(opts.progress_seconds):
+            result = pipeline.run()
+            if opts.progress_seconds > 0 and not PipelineState.is_terminal(result.state):
+                poll_metrics(result, opts.progress_seconds)
+        state = result.wait_until_finish()
+    finally:
+        opts.output_dir = target
+    if state != PipelineState.DONE:
+        raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
+    return read_json(FileSystems.join(staging, REPORT_FILE))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,13 +161,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    report = run(options, opts)
-    with FileSystems.create(report["report_path"].removesuffix(".json") + ".md") as f:
-        f.write(format_markdown(report).encode("utf-8"))
+    try:
+        report = run(options, opts)
+    except (UsageError, InputFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RunFailed as e:
+        if e.report:
+            print(format_summary(e.report))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if hasattr(STAGES[opts.stage], "run_stage"):  # a Beam stage's commit writes report.md with report.json
+        with FileSystems.create(report["report_path"].removesuffix(".json") + ".md") as f:
+            f.write(format_markdown(report).encode("utf-8"))
     print(format_summary(report))
     print(f"done in {time.monotonic() - started:.1f}s; report: {report['report_path']}")
-    if not all(t["balanced"] for t in report["tables"].values()):
-        print("error: counts do not add up (read != rows + discarded + rejected); see report.json", file=sys.stderr)
+    if not report_balanced(report):
+        print(f"error: counts do not add up (read != rows + discarded + rejected); see {report['report_path']}",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -21,6 +21,14 @@ def run_cli(*args: str, module: str = "pipeline.run") -> subprocess.CompletedPro
                           timeout=600)
 
 
+def one_error_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
+    """The single line a refused command prints (and its exit code must be `code`)."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 def eval_sets_args(output_dir, vl=VL_SAMPLE, aro=ARO_SAMPLE, *extra):
     args = ["--stage=eval_sets", f"--output_dir={output_dir}"]
     if vl:
@@ -42,6 +50,17 @@ def sample_output(tmp_path_factory):
 
 def report(out: Path) -> dict:
     return json.loads((out / "report.json").read_text())
+
+
+def visible_files(out: Path) -> dict[str, bytes]:
+    """What a user or a plain glob sees: every file but those in dot-folders and the dot-files (the lock), with its
+    bytes."""
+    files = {}
+    for path in sorted(out.rglob("*")):
+        relative = path.relative_to(out)
+        if path.is_file() and not any(part.startswith(".") for part in relative.parts):
+            files[relative.as_posix()] = path.read_bytes()
+    return files
 
 
 def rows_of(out: Path, folder: str) -> list[dict]:

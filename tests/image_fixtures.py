@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import random
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -35,20 +36,44 @@ def corrupt_jpeg(seed: int) -> bytes:
 
 
 class ImageServer(LocalHTTPServer):
-    """http://127.0.0.1:<port>/<path> serving `files` (path -> bytes), 404 for the rest; counts GETs per path."""
+    """http://127.0.0.1:<port>/<path> serving `files` (path -> bytes), 404 for the rest; counts GETs per path.
 
-    def __init__(self, files: dict[str, bytes]):
+    Hostile paths: `trickle` ones send a byte every half second until the server stops (by itself after
+    stop_after seconds); `endless` ones stream zeros as fast as the client reads, with no Content-Length, until
+    it hangs up or the server stops. `sent` counts the body bytes written per path."""
+
+    def __init__(self, files: dict[str, bytes], trickle: tuple[str, ...] = (), endless: tuple[str, ...] = (),
+                 stop_after: float | None = None):
         self.files = dict(files)
         self.requests: Counter = Counter()
+        self.sent: Counter = Counter()
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def _stream(self, path: str, chunk: bytes, pause: float) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "image/jpeg")
+                self.end_headers()
+                try:
+                    while not server.stopping.is_set():
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        with server._lock:
+                            server.sent[path] += len(chunk)
+                        time.sleep(pause)
+                except OSError:  # the client hung up
+                    pass
+
             def do_GET(self):
                 path = self.path.lstrip("/")
                 with server._lock:
                     server.requests[path] += 1
                     data = server.files.get(path)
+                if path in trickle:
+                    return self._stream(path, b"\xff", 0.5)
+                if path in endless:
+                    return self._stream(path, bytes(1 << 16), 0)
                 if data is None:
                     self.send_error(404)
                     return
@@ -61,7 +86,7 @@ class ImageServer(LocalHTTPServer):
             def log_message(self, *args):
                 pass
 
-        super().__init__(Handler)
+        super().__init__(Handler, stop_after)
         self.url = self.root_url
 
     def snapshot(self) -> Counter:

@@ -90,12 +90,18 @@ def _stub_answer(prompt: str) -> str:
 
 
 class CompletionsServer(LocalHTTPServer):
-    """POST /v1/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503."""
+    """POST /v1/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503. With `gated`, every
+    answer waits until release() (or until the server stops by itself, after stop_after seconds); `asked` is set
+    at the first request."""
 
-    def __init__(self, fail_first: int = 0):
+    def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None):
         self.requests = 0
         self.fail_first = fail_first
         self.lock = threading.Lock()
+        self.asked = threading.Event()
+        self.gate = threading.Event()
+        if not gated:
+            self.gate.set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -104,6 +110,9 @@ class CompletionsServer(LocalHTTPServer):
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.asked.set()
+                while not server.gate.wait(0.1) and not server.stopping.is_set():
+                    pass
                 with server.lock:
                     server.requests += 1
                     fail = server.requests <= server.fail_first
@@ -121,5 +130,8 @@ class CompletionsServer(LocalHTTPServer):
                 self.end_headers()
                 self.wfile.write(data)
 
-        super().__init__(Handler)
+        super().__init__(Handler, stop_after)
         self.base_url = f"{self.root_url}/v1"
+
+    def release(self):
+        self.gate.set()

@@ -5,7 +5,7 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ARO_SAMPLE, REPO, VL_SAMPLE, eval_sets_args, run_cli
+from conftest import ARO_SAMPLE, REPO, VL_SAMPLE, eval_sets_args, one_error_line, run_cli
 
 from pipeline.checks.eval_sets import check_output
 from pipeline.io.schema import load_schema
@@ -117,13 +117,6 @@ def test_record_level_problems_become_dead_letters(tmp_path):
     rejected = pq.read_table(out / "rejected").to_pylist()
     bad = [r for r in rejected if r["reason"] == "invalid_utf8"][0]
     assert bad["record_key"] == "Attribute/vg/color.json:12" and "\\udce9" in bad["record"]
-
-
-def one_error_line(result):
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("args,expected", [

@@ -1,4 +1,7 @@
 import json
+import random
+import signal
+import time
 
 import pytest
 
@@ -144,3 +147,35 @@ def test_table_covers_every_vl_checklist_category(table):
     from pipeline.sources.vl_checklist import FILES
     assert sorted(table.categories()) == sorted(FILES)
     assert table.pairs_for("attribute", "material") == []
+
+
+def test_case10_the_caption_diff_takes_linear_time_on_long_captions(table):
+    """difflib's diff is cubic on long texts that differ in many places (1,200 repeated words took 35 s, 2,400 took
+    150 s); deciding 'several changes' now takes linear time, and a long text with one change stays quick."""
+    rng = random.Random(0)
+    vocabulary = [f"word{i}" for i in range(300)]
+    repetitive = (" ".join(["a"] * 1_200), " ".join(["a", "b"] * 600))
+    unrelated = (" ".join(rng.choices(vocabulary, k=2_400)), " ".join(rng.choices(vocabulary, k=2_400)))
+    one_change = " ".join(f"cat{i} sitting on mat{i}" for i in range(600))  # 2,400 words
+    cases = [repetitive, unrelated, (one_change, one_change.replace("cat300 sitting", "cat300 standing"))]
+
+    def too_slow(*_):
+        raise TimeoutError("the diff did not finish in 5 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        started = time.monotonic()
+        outcomes = []
+        for caption, negative in cases:
+            try:
+                outcomes.append(replace_hard_positive(caption, negative, "relation", "action", table).hard_positive)
+            except Discard as skip:
+                outcomes.append(skip.reason)
+        elapsed = time.monotonic() - started
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert outcomes[:2] == ["negative_changes_several_spans"] * 2
+    assert outcomes[2] == one_change.replace("cat300 sitting", "cat300 seated")
+    assert elapsed < 1.0

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.llm.engines import EngineConfig, OpenAIEngine, Sampling
 from pipeline.run import main
-from tests.conftest import REPO, SHARED_DATA, report, rows_of
+from tests.conftest import REPO, SHARED_DATA, one_error_line, report, rows_of, run_cli, visible_files
 from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer, build_tiny_llama, write_captions_subset
 
 REAL = SHARED_DATA / "coco" / "captions_val2017.json"
@@ -224,3 +224,60 @@ def test_missing_llm_flags_fail_fast_with_one_line(tmp_path, capsys):
     bad.write_text("{}\n")
     assert main([*base, f"--llm_replay={bad}"]) == 2
     assert "bad.jsonl:1: needs string fields" in capsys.readouterr().err
+
+
+REPLAY = SAMPLE_CAPTIONS.parent / "hard_positives_replay.jsonl"
+
+
+def replay_args(out, cache, replay, *extra):
+    return ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
+            f"--cache_dir={cache}", "--llm_engine=replay", f"--llm_replay={replay}", "--model=m",
+            "--positive_checks=rules", "--progress_seconds=0", *extra]
+
+
+def test_case6_an_empty_or_conflicting_replay_file_is_refused_naming_file_and_line(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main(replay_args(tmp_path / "out", tmp_path / "cache", empty)) == 2
+    assert f"--llm_replay: {empty}: no answers" in capsys.readouterr().err
+    lines = REPLAY.read_text().splitlines()
+    first = json.loads(lines[0])
+    conflicting = tmp_path / "conflicting.jsonl"
+    conflicting.write_text("\n".join([*lines, json.dumps({**first, "text": first["text"] + " Another."})]) + "\n")
+    assert main(replay_args(tmp_path / "out", tmp_path / "cache", conflicting)) == 2
+    err = capsys.readouterr().err
+    assert f"{conflicting}:{len(lines) + 1}: a second, different answer" in err and "first is on line 1" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_case6_a_run_whose_llm_requests_mostly_fail_exits_non_zero_and_commits_nothing(tmp_path, capsys):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(replay_args(out, cache, REPLAY)) == 0
+    before = visible_files(out)
+    elsewhere = tmp_path / "other_captions.jsonl"  # answers, but to none of these captions: every request fails
+    elsewhere.write_text(json.dumps({"positive_type": "replace", "caption": "A cat.", "text": "A kitten."}) + "\n")
+    assert main(replay_args(out, tmp_path / "empty_cache", elsewhere)) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"44 of the 44 LLM prompts of hard_positives failed as requests \(request_failed\), more "
+                     r"than --max_failed_fraction=0.5; nothing was written", err), err
+    assert visible_files(out) == before  # the earlier result stays
+    assert main(replay_args(out, tmp_path / "empty_cache", elsewhere, "--max_failed_fraction=1")) == 0
+
+
+def test_case14_a_replay_file_that_is_not_utf8_is_one_line(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(REPLAY.read_bytes() + b'{"positive_type": "replace", "caption": "caf\xe9", "text": "x"}\n')
+    line = one_error_line(run_cli(*replay_args(tmp_path / "out", tmp_path / "cache", bad)))
+    assert line == f"error: --llm_replay: {bad}:{len(REPLAY.read_bytes().splitlines()) + 1}: not UTF-8 " \
+                   f"(byte 0xe9 at column 45)"
+
+
+def test_case14_a_cache_file_that_is_not_utf8_is_a_cache_miss(tmp_path):
+    cache = tmp_path / "cache"
+    assert main(replay_args(tmp_path / "first", cache, REPLAY)) == 0
+    damaged = next((cache / "hard_positives").glob("*.jsonl"))
+    damaged.write_bytes(damaged.read_bytes()[:40] + b"\xff\xfe" + damaged.read_bytes()[40:])
+    out = tmp_path / "second"
+    assert main(replay_args(out, cache, REPLAY)) == 0
+    section = report(out)["tables"]["hard_positives"]
+    assert section["generation_calls"] >= 1 and section["balanced"]  # the damaged entry was asked again

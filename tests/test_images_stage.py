@@ -4,6 +4,7 @@ import io
 import json
 import shutil
 import tarfile
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -298,3 +299,61 @@ def test_row_refs_and_failure_reasons():
         "http_404", "timeout", "connection_refused", "dns_error", "decode_error", "decode_error", "image_rejected",
         "download_error"]
     assert check_image(jpeg(1)) is None and check_image(corrupt_jpeg(1)).startswith("PIL")
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """Issue 15: one fetch of rows that point at a server trickling a byte every half second, one streaming
+    zeros with no end, files outside the local image root and URLs that are not http(s)."""
+    base = tmp_path_factory.mktemp("hostile")
+    root = base / "vg"
+    (root / "VG_100K").mkdir(parents=True)
+    (root / "VG_100K" / "1.jpg").write_bytes(jpeg(31))
+    secret = base / "secret.jpg"  # a valid image, so that reading it would store it
+    secret.write_bytes(jpeg(32))
+    (root / "VG_100K" / "link.jpg").symlink_to(secret)
+    out = base / "out"
+    with ImageServer({"coco/1.jpg": jpeg(33)}, trickle=("coco/slow.jpg",), endless=("coco/huge.jpg",),
+                     stop_after=90) as server:
+        urls = {"ok": f"{server.url}/coco/1.jpg", "slow": f"{server.url}/coco/slow.jpg",
+                "huge": f"{server.url}/coco/huge.jpg", "file": secret.as_uri(), "ftp": "ftp://127.0.0.1/coco/9.jpg"}
+        write_table(out, "train", "train", [schema_row("train", example_id=e, image_id=n, image_url=url)
+                                            for n, (e, url) in enumerate(urls.items(), 1)])
+        paths = {"vg-ok": "VG_100K/1.jpg", "vg-up": "../secret.jpg", "vg-abs": str(secret),
+                 "vg-link": "VG_100K/link.jpg"}
+        write_table(out, "replace", "replace_eval", [
+            schema_row("replace_eval", example_id=e, source_index=i, image_path=p, image_id=None)
+            for i, (e, p) in enumerate(paths.items())])
+        started = time.monotonic()
+        rc, printed = _run(["--stage=images", f"--output_dir={out}", f"--image_root={root}", "--image_processes=1",
+                            "--image_threads=4", "--image_timeout=2", "--image_deadline=3",
+                            "--image_max_bytes=1000000"])
+        seconds = time.monotonic() - started
+        sent = dict(server.sent)
+    index = {r["example_id"]: r for t in ("train", "replace")
+             for r in pq.read_table(out / "images" / "index" / f"{t}.parquet").to_pylist()}
+    return SimpleNamespace(rc=rc, printed=printed, seconds=seconds, sent=sent, index=index, secret=secret.read_bytes(),
+                           images=out / "images", report=json.loads((out / "images" / "report.json").read_text()))
+
+
+def test_case11_a_download_has_a_deadline_and_a_size_cap(hostile):
+    assert hostile.rc == 0, hostile.printed
+    assert hostile.seconds < 45  # the trickle would run until the server stops by itself, after 90 s
+    assert hostile.index["slow"]["reason"] == "deadline_exceeded"
+    assert hostile.index["huge"]["reason"] == "too_large"
+    assert hostile.sent["coco/huge.jpg"] < 20_000_000  # cut off near --image_max_bytes, never read whole
+    assert hostile.index["ok"]["status"] == "ok"
+    assert hostile.report["tables"]["train"]["balanced"]
+
+
+def test_case15_image_paths_and_urls_are_confined_to_the_root_and_http(hostile):
+    assert hostile.rc == 0, hostile.printed
+    assert {e: (r["status"], r["reason"]) for e, r in hostile.index.items() if e not in ("slow", "huge")} == {
+        "ok": ("ok", None), "vg-ok": ("ok", None),
+        "file": ("failed", "url_not_http"), "ftp": ("failed", "url_not_http"),
+        "vg-up": ("failed", "path_outside_image_root"), "vg-abs": ("failed", "path_outside_image_root"),
+        "vg-link": ("failed", "path_outside_image_root")}
+    assert hostile.secret not in _tar_images(hostile.images)  # never read, so never stored
+    replace = hostile.report["tables"]["replace"]
+    assert replace["balanced"] and replace["rejected"] == 3
+    assert replace["reject_reasons"] == {"path_outside_image_root": 3}

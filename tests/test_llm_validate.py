@@ -118,3 +118,25 @@ def test_swapped_around_and_needs_the_two_sides_exchanged():
     assert swapped_around_and("x a and b y".split(), "x b and a y".split())
     assert not swapped_around_and("x a and b y".split(), "y a and b x".split())
     assert not swapped_around_and("a b c".split(), "c b a".split())
+
+
+@pytest.mark.parametrize("caption, raw, expected", [
+    # What looks like chat wrapping but belongs to the caption stays, so no caption word is dropped ...
+    ("A dog on the beach [/INST]", "A dog on the shore [/INST]", "A dog on the shore [/INST]"),
+    ("A dog on the beach. (replaced word)", "A dog on the shore. (replaced word)",
+     "A dog on the shore. (replaced word)"),
+    # ... and answers that only look chatty are accepted whole
+    ("Sure, a dog is sitting on a bench.", "Sure, a dog is seated on a bench.", "Sure, a dog is seated on a bench."),
+    ("A poster with the caption: enjoy the beach", "A poster with the caption: enjoy the shore",
+     "A poster with the caption: enjoy the shore"),
+    ("A man holding a sign. This is a protest.", "A man grasping a sign. This is a protest.",
+     "A man grasping a sign. This is a protest."),
+    # real chatter is still removed
+    ("A dog on the beach [/INST]", "Sure! Here is the sentence:\nA dog on the shore [/INST] (I replaced beach)",
+     "A dog on the shore [/INST]"),
+])
+def test_case9_cleaning_never_removes_what_the_caption_contains(caption, raw, expected):
+    verdict = validate("replace", caption, raw, "stop")
+    assert (verdict.ok, verdict.text) == (True, expected)
+    assert clean(raw, caption) == expected
+

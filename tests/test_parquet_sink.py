@@ -5,7 +5,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.io.dead_letters import dead_letter
-from pipeline.io.parquet import WriteParquetTable
+from pipeline.io.parquet import WriteParquetTable, write_shard
 from pipeline.io.schema import SchemaViolation, load_schema
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import example_id
@@ -70,3 +70,20 @@ def test_dead_letters_keep_undecodable_bytes_readable():
     assert letter["record_key"] == "a.json:4" and letter["kind"] == "rejected"
     assert "\\udce9" in letter["record"] and letter["detail"] == "caf\\udce9"
     letter["record"].encode("utf-8")
+
+
+def test_case16_dead_letters_of_one_record_sort_by_content_not_by_arrival(tmp_path):
+    """One record can give several dead letters with the same sort key (hard_positives: one per prompt); after a
+    cache resume they arrive in another order, and the shard must still be byte for byte the same."""
+    schema = load_schema("dead_letters")
+    letters = [dead_letter("hard_positives", "hard_positives", "coco", "captions.json", 901, Reject(reason, detail),
+                           {"positive_type": kind})
+               for kind, reason, detail in (("replace", "request_failed", "HTTP 503"),
+                                            ("swap", "words_changed", "missing ['dog']"),
+                                            ("replace_verb", "identical", "the caption itself"))]
+    written = set()
+    for order in (letters, letters[::-1], letters[1:] + letters[:1]):
+        path = tmp_path / f"{len(written)}.parquet"
+        write_shard(order, str(path), schema)
+        written.add(path.read_bytes())
+    assert len(written) == 1

@@ -19,10 +19,8 @@ import os
 import sys
 from collections import Counter, defaultdict
 
-import pyarrow.parquet as pq
-
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-from pipeline.io.parquet import shard_pattern
+from pipeline.io.parquet import read_table, shard_pattern
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.text import indefinite_article, lower_case, words
 from pipeline.sources import vl_checklist
@@ -34,7 +32,7 @@ DETERMINERS = {"the", "a", "an"}
 def _read_parquet(pattern: str) -> list[dict]:
     rows = []
     for path in sorted(glob.glob(pattern)):
-        rows += pq.read_table(path).to_pylist()
+        rows += read_table(path).to_pylist()
     return rows
 
 

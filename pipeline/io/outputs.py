@@ -9,7 +9,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
-from pipeline.io.parquet import WriteParquetTable, shard_pattern
+from pipeline.io.parquet import WriteParquetTable
 from pipeline.io.progress import Tick
 from pipeline.io.schema import SchemaViolation, TableSchema, load_schema
 from pipeline.perturb.outcomes import Reject
@@ -44,13 +44,10 @@ def _count_dead(letter, table: str):
     yield ("dead", table, letter["source_file"], letter["kind"], letter["reason"]), 1
 
 
-def owned_paths(output_dir: str, table: str) -> list[str]:
-    """Glob patterns of the files a run writes for `table`: removed before it writes them again."""
-    return [
-        shard_pattern(FileSystems.join(output_dir, table), "*"),
-        shard_pattern(FileSystems.join(output_dir, REJECTED), table),
-        shard_pattern(FileSystems.join(output_dir, DISCARDED), table),
-    ]
+def _count_shard(written, table: str, kind: str):
+    path, rows, sha256 = written
+    yield (kind, table, path), rows
+    yield ("sha256", table, path, sha256), 1
 
 
 class WriteTableOutputs(beam.PTransform):
@@ -79,7 +76,7 @@ class WriteTableOutputs(beam.PTransform):
         counts = [
             inputs["read"] | "CountRead" >> beam.Map(lambda file_n, t: (("read", t, file_n[0]), file_n[1]), self.table),
             checked.rows | "CountRows" >> beam.FlatMap(_count_rows, self.table, self.group),
-            written | "CountShards" >> beam.Map(lambda path_n, t: (("shard", t, path_n[0]), path_n[1]), self.table),
+            written | "CountShards" >> beam.FlatMap(_count_shard, self.table, "shard"),
         ]
         if "emitted" in inputs:
             counts.append(
@@ -90,7 +87,9 @@ class WriteTableOutputs(beam.PTransform):
                 _ = part | f"Progress{kind.title()}{i}" >> beam.ParDo(Tick(self.table, kind))
             dead = letters | f"All{kind.title()}" >> beam.Flatten()
             counts.append(dead | f"Count{kind.title()}" >> beam.FlatMap(_count_dead, self.table))
-            _ = dead | f"Write{kind.title()}" >> WriteParquetTable(
+            dead_written = dead | f"Write{kind.title()}" >> WriteParquetTable(
                 FileSystems.join(self.output_dir, kind), dead_schema, prefix=self.table,
                 rows_per_shard=self.rows_per_shard, shard_by="record_key")
+            counts.append(dead_written | f"Count{kind.title()}Shards" >> beam.FlatMap(
+                _count_shard, self.table, "dead_letter_shard"))
         return counts | "AllCounts" >> beam.Flatten()

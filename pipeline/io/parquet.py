@@ -1,8 +1,13 @@
 """Schema-checked Parquet sinks whose files depend only on the rows, never on sharding or worker order."""
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import posixpath
+import re
 import zlib
+from itertools import groupby
 
 import apache_beam as beam
 import pyarrow as pa
@@ -12,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.io.schema import TableSchema
 
 ROW_GROUP_SIZE = 10_000  # small row groups let the Hub viewer and readers seek without reading whole shards
+SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
 
 
 def shard_name(prefix: str, index: int, num_shards: int) -> str:
@@ -30,11 +36,49 @@ def _shard_of(value: str, num_shards: int) -> int:
     return zlib.crc32(value.encode("utf-8", "surrogatepass")) % num_shards
 
 
-def write_shard(rows: list[dict], path: str, schema: TableSchema) -> None:
-    rows = sorted(rows, key=lambda r: tuple(r[c] for c in schema.sort_by))
-    table = pa.Table.from_pylist(rows, schema=schema.arrow())
+def _in_order(rows: list[dict], sort_by: tuple[str, ...]) -> list[dict]:
+    """Rows sorted by the schema's sort_by, and rows with equal keys (e.g. the dead letters of one record) by
+    their whole content: the order never depends on the order they arrived in."""
+    def key(r):
+        return tuple(r[c] for c in sort_by)
+
+    ordered = []
+    for _, same in groupby(sorted(rows, key=key), key=key):
+        same = list(same)
+        if len(same) > 1:
+            same.sort(key=lambda r: json.dumps(r, sort_keys=True, ensure_ascii=True, default=repr))
+        ordered += same
+    return ordered
+
+
+def shard_bytes(rows: list[dict], schema: TableSchema) -> bytes:
+    """The Parquet file of these rows, with page checksums (a reader with page_checksum_verification finds a
+    damaged page)."""
+    table = pa.Table.from_pylist(_in_order(rows, schema.sort_by), schema=schema.arrow())
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, row_group_size=ROW_GROUP_SIZE, write_page_checksum=True)
+    return buffer.getvalue()
+
+
+def write_shard(rows: list[dict], path: str, schema: TableSchema) -> str:
+    """Writes the shard; returns its sha256, which the run report records."""
+    data = shard_bytes(rows, schema)
     with FileSystems.create(path) as sink:
-        pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE)
+        sink.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_table(source, **kwargs) -> pa.Table:
+    """pq.read_table that checks every page's checksum: a flipped bit is an error, not another value."""
+    return pq.read_table(source, page_checksum_verification=True, **kwargs)
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class WriteParquetTable(beam.PTransform):
@@ -42,7 +86,8 @@ class WriteParquetTable(beam.PTransform):
 
     The shard count follows from the row count, a row's shard from a hash of its `shard_by` column, and rows
     are sorted inside a shard: the same rows give byte-identical files. Every shard is written, even empty,
-    so a table with no rows still loads with its schema. Outputs (path, rows written) per shard.
+    so a table with no rows still loads with its schema. Outputs (path, rows written, sha256) per shard, the
+    path relative to the directory's parent (<folder>/<name>), as the report lists it.
     """
 
     def __init__(self, directory: str, schema: TableSchema, prefix: str | None = None,
@@ -74,5 +119,6 @@ class WriteParquetTable(beam.PTransform):
         index, rows = shard
         rows = [r for r in rows if r is not None]
         path = FileSystems.join(self.directory, shard_name(self.prefix, index, num_shards))
-        write_shard(rows, path, self.schema)
-        return posixpath.join(posixpath.basename(self.directory.rstrip("/")), posixpath.basename(path)), len(rows)
+        sha256 = write_shard(rows, path, self.schema)
+        relative = posixpath.join(posixpath.basename(self.directory.rstrip("/")), posixpath.basename(path))
+        return relative, len(rows), sha256

@@ -6,7 +6,9 @@ Every count is a key tuple in one of these forms (t = table name):
   ("emitted", t, file)               records that gave rows, where one record can give several rows
   ("dead", t, file, kind, reason)    dead letters: kind is rejected or discarded
   ("group", t, *group)               rows per breakdown group (e.g. subset, category, replaced pair)
-  ("shard", t, path)                 rows the sink wrote to one Parquet file
+  ("shard", t, path)                 rows the sink wrote to one Parquet file of the table
+  ("dead_letter_shard", t, path)     rows written to one dead-letter Parquet file of the table
+  ("sha256", t, path, digest)        the sha256 of a Parquet file as written (publish and load_table check it)
 so that read = rows (or emitted) + discarded + rejected can be checked per file from independent counts.
 """
 from __future__ import annotations
@@ -49,7 +51,7 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
     per_record = any(k[0] == "emitted" and k[1] == table for k in counts)
     reasons = {DISCARDED: Counter(), REJECTED: Counter()}
     grouped = Counter({tuple(g): 0 for g in expected_groups})
-    shards = {}
+    shards, dead_shards, sha256 = {}, {}, {}
     for key, n in counts.items():
         kind, name, rest = key[0], key[1], key[2:]
         if name != table:
@@ -64,6 +66,10 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
             grouped[rest] += n
         elif kind == "shard":
             shards[rest[0]] = n
+        elif kind == "dead_letter_shard":
+            dead_shards[rest[0]] = n
+        elif kind == "sha256":
+            sha256[rest[0]] = rest[1]
     out = "emitted" if per_record else "rows"
     for stats in files.values():
         if not per_record:
@@ -80,7 +86,24 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
         "discard_reasons": dict(reasons[DISCARDED].most_common()),
         "reject_reasons": dict(reasons[REJECTED].most_common()),
         "shards": dict(sorted(shards.items())),
+        "dead_letter_shards": dict(sorted(dead_shards.items())),
+        "sha256": dict(sorted(sha256.items())),
     }
+
+
+def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
+    """The folder's report.json once a stage has committed: one section per table, each saying which stage wrote
+    it from which inputs. The stage's tables replace theirs; the sections of other stages' tables stay."""
+    tables = {}
+    if folder_report:
+        for name, section in folder_report.get("tables", {}).items():
+            # A report written before sections named their stage: the whole report was one stage's.
+            tables[name] = {**section, "stage": section.get("stage", folder_report.get("stage")),
+                            "inputs": section.get("inputs", folder_report.get("inputs", {}))}
+    for name, section in stage_report["tables"].items():
+        tables[name] = {**section, "stage": stage_report["stage"], "inputs": stage_report.get("inputs", {})}
+    return {"output_dir": stage_report["output_dir"], "stages": sorted({t["stage"] for t in tables.values()}),
+            "tables": tables}
 
 
 def write_json(path: str, obj) -> None:
@@ -111,7 +134,8 @@ def format_summary(report: dict) -> str:
 
 def format_markdown(report: dict) -> str:
     """The report as markdown (written beside report.json as report.md): the summary table, then the reasons."""
-    lines = [f"# {report['stage']}: {report['output_dir']}", "",
+    stages = report.get("stage") or ", ".join(report.get("stages", []))
+    lines = [f"# {stages}: {report['output_dir']}", "",
              "| table | read | emitted | rows | discarded | rejected | balanced |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for name, t in report["tables"].items():

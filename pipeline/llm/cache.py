@@ -44,11 +44,23 @@ def write_entries(cache_dir: str, entries: list[dict]) -> str:
     return final
 
 
+def lines(data: bytes) -> list[str]:
+    """The lines of a cache file; one that is not UTF-8 (a damaged file) comes back empty, a miss like any other
+    damaged line."""
+    out = []
+    for raw in data.splitlines():
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append("")
+    return out
+
+
 def parse_line(line: str) -> tuple[str, dict] | None:
     try:
         entry = json.loads(line)
         return entry["key"], entry
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None  # a damaged line is a cache miss, never an error
 
 

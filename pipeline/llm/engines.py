@@ -219,26 +219,41 @@ class ReplayError(ValueError):
 
 
 def read_replay(path: str) -> list[dict]:
-    """The records of a replay file: one JSON object per line with positive_type, caption and text."""
+    """The records of a replay file: one JSON object per line with positive_type, caption and text. ReplayError
+    (one line, naming file:line) for an empty file, a line that is not UTF-8 or not such an object, and two
+    different answers to one prompt (which would make the output depend on file order)."""
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.llm.prompts import POSITIVE_TYPES
 
-    records = []
+    records, first_seen = [], {}
     with FileSystems.open(path) as f:
-        for number, line in enumerate(f.read().decode("utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise ReplayError(f"{path}:{number}: not JSON ({e})") from None
-            if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
-                                                       for k in ("positive_type", "caption", "text")):
-                raise ReplayError(f"{path}:{number}: needs string fields positive_type, caption and text")
-            if record["positive_type"] not in POSITIVE_TYPES:
-                raise ReplayError(f"{path}:{number}: unknown positive_type {record['positive_type']!r}")
-            records.append(record)
+        data = f.read()
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ReplayError(f"{path}:{number}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") \
+                from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
+                                                   for k in ("positive_type", "caption", "text")):
+            raise ReplayError(f"{path}:{number}: needs string fields positive_type, caption and text")
+        if record["positive_type"] not in POSITIVE_TYPES:
+            raise ReplayError(f"{path}:{number}: unknown positive_type {record['positive_type']!r}")
+        key = (record["positive_type"], record["caption"])
+        earlier, text = first_seen.setdefault(key, (number, record["text"]))
+        if text != record["text"]:
+            raise ReplayError(f"{path}:{number}: a second, different answer for the {key[0]} prompt of this "
+                              f"caption (the first is on line {earlier})")
+        records.append(record)
+    if not records:
+        raise ReplayError(f"{path}: no answers (the file is empty); every prompt would fail")
     return records
 
 

@@ -13,6 +13,7 @@ positive of its kind:
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -73,25 +74,59 @@ class Verdict:
     detail: str = ""
 
 
-def clean(raw: str) -> str:
-    """The answer inside a chat model's reply: first real line, labels, quotes and explanations removed."""
-    text = raw.replace("\r", "").replace("[/INST]", "").replace("</s>", "").strip()
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    while lines and _is_preamble(lines[0]) and len(lines) > 1:
+def clean(raw: str, caption: str = "") -> str:
+    """The answer inside a chat model's reply: first real line, labels, quotes and explanations removed. Nothing
+    the caption itself contains is removed ("... beach [/INST]", "A poster with the caption: ..."): a rewrite
+    keeps what belongs to the caption, and validation then compares it with the exact caption."""
+    keep = _CaptionText(caption)
+    text = raw.replace("\r", "")
+    for token in ("[/INST]", "</s>"):
+        if not keep.has(token):
+            text = text.replace(token, "")
+    lines = [line.strip() for line in text.strip().split("\n") if line.strip()]
+    while lines and _is_preamble(lines[0]) and len(lines) > 1 and not keep.has(lines[0]):
         lines.pop(0)
     if not lines:
         return ""
     line = lines[0]
     # A preamble and the answer on one line: "Sure! Here is the changed sentence: A man ..."
     if _LEAD_CHATTER.match(line) and ":" in line:
-        line = line.split(":", 1)[1].strip()
-    line = _LEAD_EXCLAMATION.sub("", line)  # "Certainly! A man ..."
+        line = keep.cut(line, line.split(":", 1)[1].strip())
+    line = keep.cut(line, _LEAD_EXCLAMATION.sub("", line))  # "Certainly! A man ..."
     for _ in range(2):
-        line = _LABEL.sub("", line, count=1).strip()
-    line = _TRAILING.sub("", line).strip()
-    line = _strip_quotes(line)
-    line = _TRAILING.sub("", line).strip()
+        line = keep.cut(line, _LABEL.sub("", line, count=1).strip())
+    line = keep.cut(line, _TRAILING.sub("", line).strip())
+    line = keep.cut(line, _strip_quotes(line))
+    line = keep.cut(line, _TRAILING.sub("", line).strip())
     return " ".join(line.split())
+
+
+class _CaptionText:
+    """What the caption contains, compared without case and spacing."""
+
+    def __init__(self, caption: str):
+        self.text = _squeeze(caption)
+
+    def has(self, piece: str) -> bool:
+        piece = _squeeze(piece)
+        return bool(piece) and bool(self.text) and piece in self.text
+
+    def cut(self, before: str, after: str) -> str:
+        """`after` (before with something stripped), unless what was stripped is part of the caption."""
+        if after == before:
+            return before
+        at = before.find(after) if after else -1
+        if at >= 0:
+            dropped = [before[:at], before[at + len(after):]]
+        else:  # stripped and rewritten (a quote moved past a full stop): what differs between the two
+            start = len(os.path.commonprefix([before, after]))
+            end = len(os.path.commonprefix([before[start:][::-1], after[start:][::-1]]))
+            dropped = [before[start:len(before) - end]]
+        return before if any(self.has(d) for d in dropped) else after
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.casefold().split())
 
 
 def _is_preamble(line: str) -> bool:
@@ -135,7 +170,7 @@ def validate(positive_type: str, caption: str, raw: str, finish_reason: str | No
              is_negative: Callable[[list[str], list[str]], str | None] | None = None) -> Verdict:
     """The verdict on one generation. `is_negative(old_words, new_words)` may add a lexicon check (a reason
     when the replacement is one the hard-negative rules would make)."""
-    text = clean(raw)
+    text = clean(raw, caption)
     if not text:
         return Verdict(False, text, "empty", "nothing left after removing the chat wrapping")
     if finish_reason == "length":

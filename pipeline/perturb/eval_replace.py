@@ -18,6 +18,7 @@ from pipeline.perturb.text import Token, indefinite_article, match_case, tokeniz
 
 DEFAULT_TABLE = Path(__file__).with_name("data") / "replace_table.json"
 GENERATOR = "replace_table_v1"
+EXACT_DIFF_TOKENS = 1_000  # far above any caption the bounds let through by default (300 words)
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,30 @@ class ReplaceTable:
 
 
 def _changed_block(caption: list[Token], negative: list[Token]) -> tuple[int, int, int, int]:
-    """Token ranges (i1, i2) in the caption and (j1, j2) in the negative of the one block that differs."""
-    matcher = difflib.SequenceMatcher(a=[t.norm for t in caption], b=[t.norm for t in negative], autojunk=False)
-    blocks = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
-    if not blocks:
+    """Token ranges (i1, i2) in the caption and (j1, j2) in the negative of the one block that differs.
+
+    A full diff (difflib) is cubic on long captions that differ in many places (2,400 words took 52 s), so first a
+    linear test: strip the longest common prefix and suffix; if what is left shares a word, the texts differ in
+    several places. Only texts that differ in one place reach difflib, which is then quick, and which places the
+    block as it always did (among repeated words); past EXACT_DIFF_TOKENS the trimmed block is the answer.
+    """
+    a, b = [t.norm for t in caption], [t.norm for t in negative]
+    if a == b:
         raise Discard("negative_equals_caption")
+    prefix = 0
+    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    i2, j2 = len(a) - suffix, len(b) - suffix
+    shared = set(a[prefix:i2]) & set(b[prefix:j2])
+    if shared:
+        raise Discard("negative_changes_several_spans", f"{sorted(shared)[0]!r} unchanged between changes")
+    if max(len(a), len(b)) > EXACT_DIFF_TOKENS:
+        return prefix, i2, prefix, j2
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    blocks = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
     if len(blocks) > 1:
         raise Discard("negative_changes_several_spans", f"{len(blocks)} spans")
     return blocks[0]

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
+from pipeline.io.parquet import read_table
 from pipeline.publish.layout import Table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
@@ -165,7 +165,7 @@ def value_counts(table: Table) -> dict[str, Counter]:
     columns = [c for c in COUNT_COLUMNS if c in table.schema.names]
     counts = {c: Counter() for c in columns}
     for path in table.files:
-        data = pq.read_table(path, columns=columns)
+        data = read_table(path, columns=columns)
         for c in columns:
             counts[c].update(v for v in data.column(c).to_pylist() if v is not None)
     return {c: n for c, n in counts.items() if n}
@@ -196,7 +196,8 @@ def _provenance(tables: list[Table]) -> list[str]:
         if run in seen:
             continue
         seen.add(run)
-        names = ", ".join(x.config for x in tables if x.run_dir == t.run_dir)
+        names = ", ".join(x.config for x in tables
+                          if x.run_dir == t.run_dir and x.stage_report.get("stage") == report.get("stage"))
         inputs = ", ".join(f"{k}={v.rsplit('/', 1)[-1]}" for k, v in sorted(report.get("inputs", {}).items()))
         lines.append(f"- `--stage={report.get('stage')}` wrote {names}; inputs: {inputs or '(none recorded)'}")
         for name, section in report.get("tables", {}).items():

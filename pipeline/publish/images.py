@@ -21,12 +21,17 @@ taken out of the shard and its attempt marked failed_to_decode; the shard's stat
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import re
 import signal
+import sys
 import tarfile
+import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +48,9 @@ SHARDS = "shards"
 INDEX = "index"
 SETTINGS_FILE = "settings.json"
 INSTALL_HINT = "pip install -e '.[images]'"
-URL_SCHEMES = ("http://", "https://", "ftp://", "file://")
+URL_SCHEMES = ("http://", "https://")  # what a table's image_url or a URL --image_root may be; nothing else is read
+# A row whose image reference points outside what the run may read: its image fails with this reason, unfetched.
+REFUSED = ("url_not_http", "path_outside_image_root")
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 IMAGE_EXT = "jpg"  # img2dataset encode_format: the tar member suffix and the parquet image column
 DECODE_FAILED = "failed_to_decode"
@@ -59,7 +66,8 @@ _INDEX_FIELDS = [
     ("image_key", pa.string(), "The image across tables: coco/<image_id>, vg/<image_path> or url/<url>."),
     ("url", pa.string(), "Where the image was (or would be) fetched from."),
     ("status", pa.string(), "ok (in the shards), failed, or no_image (the row names no image)."),
-    ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, ..., no_image_url, no_image_path."),
+    ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, deadline_exceeded, too_large, "
+                            "url_not_http, path_outside_image_root, ..., no_image_url, no_image_path."),
     ("error", pa.string(), "The failure's message (img2dataset's, or PIL's for a decode check)."),
     ("shard", pa.string(), "Shard file holding the image, relative to the images folder."),
     ("key", pa.string(), "The image's key inside the shard (tar member <key>.jpg, or the parquet `key`)."),
@@ -102,22 +110,31 @@ def is_url(root: str) -> bool:
     return root.startswith(URL_SCHEMES)
 
 
-def vg_url(image_root: str, image_path: str) -> str:
+def vg_url(image_root: str, image_path: str) -> str | None:
     """A Visual Genome image_path under --image_root: a URL prefix, or a local folder as a file:// URL
-    (img2dataset fetches with urllib, which reads file:// URLs, so local images give the same shards)."""
+    (img2dataset fetches with urllib, which reads file:// URLs, so local images give the same shards). None when
+    the path leads outside the root (absolute, "..", a link out of a local root)."""
+    parts = image_path.replace("\\", "/").split("/")
+    if image_path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        return None
     if is_url(image_root):
-        return image_root.rstrip("/") + "/" + quote(image_path.lstrip("/"), safe="/")
-    return (Path(image_root).resolve() / image_path).as_uri()
+        return image_root.rstrip("/") + "/" + quote(image_path, safe="/")
+    root = Path(image_root).resolve()
+    path = (root / image_path).resolve()
+    return path.as_uri() if path.is_relative_to(root) else None
 
 
 def row_ref(row: dict, image_root: str | None) -> ImageRef:
-    """The image of a table row: COCO-derived tables by image_url (keyed by image_id), VG ones by image_path."""
+    """The image of a table row: COCO-derived tables by image_url (keyed by image_id), VG ones by image_path.
+    URLs other than http(s) and paths outside --image_root are refused, never read."""
     example_id = row["example_id"]
     bbox = tuple(float(row[c]) for c in BBOX) if all(row.get(c) is not None for c in BBOX) else None
     if "image_url" in row:
         url = row["image_url"]
         if not url:
             return ImageRef(example_id, None, None, "no_image_url", bbox)
+        if not is_url(url):
+            return ImageRef(example_id, None, url, "url_not_http", bbox)
         key = f"coco/{row['image_id']}" if row.get("image_id") is not None else f"url/{url}"
         return ImageRef(example_id, key, url, None, bbox)
     path = row.get("image_path")
@@ -125,7 +142,10 @@ def row_ref(row: dict, image_root: str | None) -> ImageRef:
         return ImageRef(example_id, None, None, "no_image_path", bbox)
     if image_root is None:
         raise ValueError("rows with image_path need an image root")
-    return ImageRef(example_id, f"vg/{path}", vg_url(image_root, path), None, bbox)
+    url = vg_url(image_root, path)
+    if url is None:
+        return ImageRef(example_id, None, path, "path_outside_image_root", bbox)
+    return ImageRef(example_id, f"vg/{path}", url, None, bbox)
 
 
 def failure_reason(status: str, error: str | None) -> str:
@@ -137,7 +157,8 @@ def failure_reason(status: str, error: str | None) -> str:
     if http:
         return f"http_{http.group(1)}"
     lowered = error.lower()
-    for needle, reason in (("timed out", "timeout"), ("no such file", "file_not_found"),
+    for needle, reason in ((DEADLINE_ERROR, "deadline_exceeded"), (TOO_LARGE_ERROR, "too_large"),
+                           (REFUSED_URL_ERROR, "url_not_http"), ("timed out", "timeout"), ("no such file", "file_not_found"),
                            ("connection refused", "connection_refused"), ("name or service not known", "dns_error"),
                            ("name resolution", "dns_error"), ("x-robots-tag", "disallowed_by_robots"),
                            ("hash mismatch", "hash_mismatch")):
@@ -351,6 +372,95 @@ class FetchConfig:
     timeout: float = 10.0
     retries: int = 0
     retry_failed: bool = False
+    deadline: float = 60.0      # seconds for one image's whole download
+    max_bytes: int = 50_000_000  # largest body read
+    file_root: str | None = None  # the local --image_root: the only place file:// URLs may point into
+
+
+# img2dataset records the error text; failure_reason turns these into reasons.
+DEADLINE_ERROR = "download deadline exceeded"
+TOO_LARGE_ERROR = "body larger than --image_max_bytes"
+REFUSED_URL_ERROR = "refused url"
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib follows redirects to ftp:// too; an image may only move to another http(s) URL."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not is_url(newurl):
+            raise urllib.error.HTTPError(newurl, code, f"{REFUSED_URL_ERROR}: redirect to {newurl[:80]}", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _set_read_timeout(response, seconds: float) -> None:
+    """The socket timeout of an HTTP response, so that no single read outlasts the deadline."""
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.01))
+
+
+def fetch_bounded(row, timeout, user_agent_token, disallowed_header_directives, config: FetchConfig):
+    """img2dataset's download_image with an overall deadline and a size cap (it has neither: a server that
+    trickles a byte every few seconds held it for minutes, a 400 MB body was read whole), and http(s) only, or
+    file:// inside the local image root. Returns (key, BytesIO or None, error or None), as img2dataset expects."""
+    key, url = row
+    started = time.monotonic()
+    if url.startswith("file://"):
+        path = Path(urllib.request.url2pathname(url[len("file://"):])).resolve()
+        if config.file_root is None or not path.is_relative_to(Path(config.file_root).resolve()):
+            return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is outside --image_root"
+    elif not is_url(url):
+        return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is not http(s)"
+    agent = "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:72.0) Gecko/20100101 Firefox/72.0"
+    if user_agent_token:
+        agent += f" (compatible; {user_agent_token}; +https://github.com/rom1504/img2dataset)"
+    opener = urllib.request.build_opener(_HttpOnlyRedirects)
+    try:
+        request = urllib.request.Request(url, headers={"User-Agent": agent})
+        with opener.open(request, timeout=min(timeout, config.deadline)) as response:
+            if disallowed_header_directives:
+                from img2dataset.downloader import is_disallowed
+
+                if is_disallowed(response.headers, user_agent_token, disallowed_header_directives):
+                    return key, None, "Use of image disallowed by X-Robots-Tag directive"
+            length = response.headers.get("Content-Length")
+            if length and length.isdigit() and int(length) > config.max_bytes:
+                return key, None, f"{TOO_LARGE_ERROR} ({int(length):,} > {config.max_bytes:,})"
+            body, size = [], 0
+            while True:
+                left = config.deadline - (time.monotonic() - started)
+                if left <= 0:
+                    return key, None, f"{DEADLINE_ERROR} ({config.deadline:g}s, {size:,} bytes read)"
+                _set_read_timeout(response, min(timeout, left))
+                chunk = response.read1(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > config.max_bytes:
+                    return key, None, f"{TOO_LARGE_ERROR} (more than {config.max_bytes:,})"
+                body.append(chunk)
+        return key, io.BytesIO(b"".join(body)), None
+    except Exception as err:  # noqa: BLE001 - like img2dataset: any failure is the image's error text
+        if time.monotonic() - started >= config.deadline:
+            return key, None, f"{DEADLINE_ERROR} ({config.deadline:g}s)"
+        return key, None, str(err)
+
+
+class _BoundedDownloader:
+    """img2dataset's Downloader, fetching each image with fetch_bounded. img2dataset pickles its downloader into
+    spawned processes; this one installs fetch_bounded in whichever process runs it."""
+
+    def __init__(self, config: FetchConfig, *args, **kwargs):
+        from img2dataset.downloader import Downloader
+
+        self.config = config
+        self.inner = Downloader(*args, **kwargs)
+
+    def __call__(self, row):
+        import img2dataset.downloader
+
+        img2dataset.downloader.download_image = functools.partial(fetch_bounded, config=self.config)
+        return self.inner(row)
 
 
 def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
@@ -361,7 +471,11 @@ def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
         from img2dataset import download
     except ImportError as e:
         raise ImportError(f"--stage=images needs img2dataset: {INSTALL_HINT} ({e})") from e
+    import img2dataset.downloader
+
+    runner = sys.modules["img2dataset.main"]  # the package's `main` attribute is the CLI function, not the module
     previous = signal.getsignal(signal.SIGINT)
+    runner.Downloader = functools.partial(_BoundedDownloader, config)
     try:
         download(
             url_list=input_path, input_format="parquet", url_col="url", save_additional_columns=["image_key"],
@@ -376,6 +490,7 @@ def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
         raise KeyboardInterrupt("image download interrupted; run the stage again to go on") from None
     finally:
         signal.signal(signal.SIGINT, previous)  # img2dataset leaves its handler installed
+        runner.Downloader = img2dataset.downloader.Downloader
 
 
 def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
@@ -463,16 +578,21 @@ def _image_status(attempt: Attempt | None) -> tuple[str, str | None, str | None]
 
 def index_rows(table: ImageTable, attempts: dict[str, Attempt], status: dict) -> list[dict]:
     """One row per (example_id, image, box) of the table, sorted, with where its image is stored."""
-    counts = Counter((r.example_id, r.key, r.missing, r.bbox) for r in table.refs)
+    # A refused reference keeps its URL or path (what was refused); a missing one has none.
+    counts = Counter((r.example_id, r.key, r.missing, r.bbox, None if r.key else r.url) for r in table.refs)
     urls = {r.key: r.url for r in table.refs if r.key}
     rows = []
-    for (example_id, key, missing, bbox), n in counts.items():
+    for (example_id, key, missing, bbox, refused_url), n in counts.items():
         attempt = attempts.get(key) if key else None
-        state, reason, error = status[key] if key else ("no_image", missing, None)
+        if key:
+            state, reason, error = status[key]
+        else:  # never fetched: a refused reference is a failed image (rejected), a missing one no image (discarded)
+            state, reason, error = ("failed" if missing in REFUSED else "no_image"), missing, None
         stored = attempt if state == "ok" else None
         rows.append({
             "table": table.name, "example_id": example_id, "image_key": key,
-            "url": attempt.url if attempt else urls.get(key), "status": state, "reason": reason, "error": error,
+            "url": attempt.url if attempt else urls.get(key, refused_url), "status": state, "reason": reason,
+            "error": error,
             "shard": stored and stored.shard, "key": stored and stored.key,
             **{f: getattr(stored, f) if stored else None
                for f in ("width", "height", "original_width", "original_height", "sha256")},

@@ -8,17 +8,39 @@ output folder, so the trainer and evaluator read all three the same way.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from pipeline.publish.layout import PublishError, find_reports, find_tables
+from pipeline.io.parquet import file_sha256
+from pipeline.publish.layout import (
+    MANIFEST,
+    PublishError,
+    check_checksums,
+    find_reports,
+    find_tables,
+    is_published_folder,
+)
 
 # Table folder names of a run (eval_sets writes replace/ and swap/) -> config names.
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
 
 
-def _is_card_folder(path: Path) -> bool:
-    card = path / "README.md"
-    return card.is_file() and "\nconfigs:" in card.read_text(encoding="utf-8").split("\n---", 1)[0]
+def check_published(folder: Path, config: str) -> None:
+    """The config's shards in a published folder are the ones its manifest lists, with their sha256."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        return  # published before manifests: nothing recorded to check against
+    listed = {path: entry for path, entry in json.loads(manifest_path.read_text(encoding="utf-8"))["files"].items()
+              if path.startswith(f"data/{config}/")}
+    on_disk = {p.relative_to(folder).as_posix() for p in (folder / "data" / config).glob("*.parquet")}
+    if on_disk != set(listed):
+        which = sorted(on_disk ^ set(listed))[0]
+        raise PublishError(f"{folder}: {which} is {'not in' if which in on_disk else 'missing, though listed in'} "
+                           f"{MANIFEST}; publish again")
+    for path, entry in sorted(listed.items()):
+        if file_sha256(str(folder / path)) != entry["sha256"]:
+            raise PublishError(f"{folder / path}: its sha256 differs from the one {MANIFEST} recorded (the file "
+                               f"changed or is damaged); publish again")
 
 
 def load_table(source: str, config: str, split: str | None = None, **kwargs):
@@ -27,13 +49,17 @@ def load_table(source: str, config: str, split: str | None = None, **kwargs):
 
     config = ALIASES.get(config, config)
     path = Path(source)
-    if path.is_dir() and _is_card_folder(path):
+    if path.is_dir() and is_published_folder(path):
+        check_published(path, config)
         loaded = datasets.load_dataset(str(path), config, split=split, **kwargs)
     elif path.is_dir() and find_reports(path):
-        tables = {t.config: t for t in find_tables(path)}
+        # The table's shards must match the row counts and sha256 of its report; another run still going on in
+        # the folder does not stop this table from loading.
+        tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True)}
         if config not in tables:
             raise PublishError(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
         table = tables[config]
+        check_checksums(table.run_dir, table.section, table.files)
         files = {table.split: [str(f) for f in table.files]}
         loaded = datasets.load_dataset("parquet", data_files=files, split=split, **kwargs)
     elif path.exists():

@@ -8,10 +8,12 @@ holds exactly the folder.
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+LOCAL_ONLY = ".hardpos*"  # the publish manifest and lock: hardpos's bookkeeping, not part of the dataset
 
 
 class UploadError(RuntimeError):
@@ -40,11 +42,13 @@ def upload(folder: str | Path, repo_id: str, private: bool = False, api=None) ->
                           f"run `hf auth login`") from None
     api.create_repo(repo_id=repo_id, repo_type="dataset", private=private, exist_ok=True)
     if hasattr(api, "upload_large_folder"):
-        api.upload_large_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", private=private)
+        api.upload_large_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", private=private,
+                                ignore_patterns=[LOCAL_ONLY])
     else:
         api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset",
-                          commit_message="hardpos release")
-    local = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+                          commit_message="hardpos release", ignore_patterns=[LOCAL_ONLY])
+    local = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+             if p.is_file() and not fnmatch.fnmatch(p.name, LOCAL_ONLY)}
     stale = [f for f in api.list_repo_files(repo_id=repo_id, repo_type="dataset")
              if f.startswith("data/") and f not in local]
     if stale:

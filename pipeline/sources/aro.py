@@ -6,7 +6,7 @@ import posixpath
 
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import identity
-from pipeline.sources.files import ReadJsonRecords, read_json_list, require_file, require_text
+from pipeline.sources.files import DEFAULT_BOUNDS, InputBounds, ReadJsonRecords, read_json_list, require_file
 from pipeline.sources.vl_checklist import image_id_from_path
 
 SOURCE = "aro_vga"
@@ -18,11 +18,13 @@ def check_file(path: str) -> None:
     read_json_list(path)
 
 
-def _text(raw: dict, field: str, required: bool = True) -> str | None:
+def _text(raw: dict, field: str, bounds: InputBounds, required: bool = True) -> str | None:
     value = raw.get(field)
     if value is None and not required:
         return None
-    return require_text(value, field, "empty_caption" if field.endswith("caption") else None)
+    if field.endswith("caption"):
+        return bounds.caption(value, field)
+    return bounds.text(value, field)
 
 
 def _number(raw: dict, field: str) -> float:
@@ -37,40 +39,40 @@ def _number(raw: dict, field: str) -> float:
     return float(value)
 
 
-def _image_id(raw: dict, image_path: str) -> int | None:
+def _image_id(raw: dict, image_path: str, bounds: InputBounds) -> int | None:
     value = raw.get("image_id")
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return bounds.id(value, "image_id")
     if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return image_id_from_path(image_path)
+        return bounds.id(int(value), "image_id")
+    return image_id_from_path(image_path, bounds)
 
 
-def normalise(raw, source_file: str, index: int) -> dict:
+def normalise(raw, source_file: str, index: int, *, bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     """The record as a plain dict with a stable key, or Reject(reason)."""
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
-    image_path = _text(raw, "image_path")
+    image_path = _text(raw, "image_path", bounds)
     bbox = {field: _number(raw, field) for field in BBOX}
     if bbox["bbox_w"] <= 0 or bbox["bbox_h"] <= 0:
         raise Reject("bad_bbox", f"empty box {bbox['bbox_w']}x{bbox['bbox_h']}")
     attributes = raw.get("attributes")
     if not isinstance(attributes, list) or len(attributes) != 2:
         raise Reject("bad_attributes", f"expected two attribute strings, got {attributes!r:.80}")
-    attributes = [require_text(a, "attributes") for a in attributes]
+    attributes = [bounds.text(a, "attributes") for a in attributes]
     return {
         **identity(SOURCE, source_file, index),
         "image_path": image_path,
-        "image_id": _image_id(raw, image_path),
+        "image_id": _image_id(raw, image_path, bounds),
         **bbox,
-        "caption": _text(raw, "true_caption"),
-        "hard_negative": _text(raw, "false_caption"),
+        "caption": _text(raw, "true_caption", bounds),
+        "hard_negative": _text(raw, "false_caption", bounds),
         "attributes": list(attributes),
-        "obj1_name": _text(raw, "obj1_name", required=False),
-        "obj2_name": _text(raw, "obj2_name", required=False),
+        "obj1_name": _text(raw, "obj1_name", bounds, required=False),
+        "obj2_name": _text(raw, "obj2_name", bounds, required=False),
     }
 
 
-def read_aro_attribution(path: str, stage: str, table: str) -> ReadJsonRecords:
+def read_aro_attribution(path: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS) -> ReadJsonRecords:
     source_file = posixpath.basename(path.replace("\\", "/"))
-    return ReadJsonRecords([(path, source_file, {})], SOURCE, normalise, stage, table)
+    return ReadJsonRecords([(path, source_file, {})], SOURCE, normalise, stage, table, bounds)

@@ -10,10 +10,19 @@ import posixpath
 
 import apache_beam as beam
 
-from pipeline.io.dead_letters import REJECTED, dead_letter
+from pipeline.io.dead_letters import REJECTED
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import example_id
-from pipeline.sources.files import READ, InputFileError, read_json, require_file, require_text
+from pipeline.sources.files import (
+    DEFAULT_BOUNDS,
+    INT64,
+    READ,
+    InputBounds,
+    InputFileError,
+    read_json,
+    reject_letter,
+    require_file,
+)
 
 SOURCE = "coco"
 
@@ -48,19 +57,21 @@ def image_index(images: list) -> dict[int, dict]:
     return index
 
 
-def normalise(raw, source_file: str, images: dict[int, dict]) -> dict:
+def normalise(raw, source_file: str, images: dict[int, dict], bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
     caption_id = raw.get("id")
     if not _is_int(caption_id):
         raise Reject("bad_id", f"caption annotation id must be an integer, got {caption_id!r:.40}")
+    bounds.id(caption_id, "caption annotation id")
     image_id = raw.get("image_id")
     if not _is_int(image_id):
         raise Reject("bad_image_id", f"image_id must be an integer, got {image_id!r:.40}")
+    bounds.id(image_id, "image_id")
     image = images.get(image_id)
     if image is None:
         raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")
-    caption = require_text(raw.get("caption"), "caption", "empty_caption").strip()
+    caption = bounds.caption(raw.get("caption"), "caption").strip()
     return {
         "example_id": example_id(SOURCE, str(caption_id)),
         "source": SOURCE,
@@ -74,8 +85,8 @@ def normalise(raw, source_file: str, images: dict[int, dict]) -> dict:
 
 
 class _ParseCaptions(beam.DoFn):
-    def __init__(self, stage: str, table: str):
-        self.stage, self.table = stage, table
+    def __init__(self, stage: str, table: str, bounds: InputBounds):
+        self.stage, self.table, self.bounds = stage, table, bounds
 
     def process(self, entry):
         path, source_file = entry
@@ -86,30 +97,31 @@ class _ParseCaptions(beam.DoFn):
         seen = set()
         for position, raw in enumerate(annotations):
             try:
-                record = normalise(raw, source_file, index)
+                self.bounds.check_depth(raw)
+                record = normalise(raw, source_file, index, self.bounds)
                 if record["caption_id"] in seen:
                     raise Reject("duplicate_caption_id", f"caption id {record['caption_id']} appears again")
                 seen.add(record["caption_id"])
                 yield record
             except Reject as skip:
                 key = raw.get("id") if isinstance(raw, dict) and _is_int(raw.get("id")) else position
-                yield beam.pvalue.TaggedOutput(
-                    REJECTED, dead_letter(self.stage, self.table, SOURCE, source_file, key, skip, raw))
+                key = key if key in INT64 else position  # the dead letter's source_index is an int64 column
+                yield reject_letter(self.stage, self.table, SOURCE, source_file, key, skip, raw, self.bounds)
 
 
 class ReadCocoCaptions(beam.PTransform):
     """A COCO captions file -> {"records", "rejected", "read": (file, captions in file)}."""
 
-    def __init__(self, path: str, stage: str, table: str):
+    def __init__(self, path: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS):
         super().__init__()
-        self.path, self.stage, self.table = path, stage, table
+        self.path, self.stage, self.table, self.bounds = path, stage, table, bounds
 
     def expand(self, pbegin):
         source_file = posixpath.basename(self.path.replace("\\", "/"))
         outputs = (
             pbegin
             | "File" >> beam.Create([(self.path, source_file)])
-            | "ParseCaptions" >> beam.ParDo(_ParseCaptions(self.stage, self.table))
+            | "ParseCaptions" >> beam.ParDo(_ParseCaptions(self.stage, self.table, self.bounds))
             .with_outputs(REJECTED, READ, main="records")
         )
         records = outputs.records | "Spread" >> beam.Reshuffle()

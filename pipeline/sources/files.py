@@ -2,15 +2,21 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import REJECTED, dead_letter
+from pipeline.options import JSON_DEPTH_LIMIT, MAX_CAPTION_CHARS, MAX_CAPTION_WORDS, MAX_JSON_DEPTH
 from pipeline.perturb.outcomes import Reject
 from pipeline.perturb.text import has_surrogates
 
 READ = "read"
+INT64 = range(-2**63, 2**63)  # ids become int64 columns
+# A string token (escapes included) or a bracket: enough to follow the nesting of a JSON text without parsing it.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class InputFileError(Exception):
@@ -27,11 +33,38 @@ def read_text(path: str) -> str:
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
+def _flatten_deep(text: str, limit: int) -> str:
+    """The JSON text with every list or object nested deeper than `limit` replaced by [] (linear in the text).
+    Python's parser recurses and fails on deep nesting; after this it cannot, and the record that held the deep
+    part is still deeper than any --max_json_depth, so it is rejected as json_too_deep."""
+    out, depth, last, skipping = [], 0, 0, False
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group()
+        if token[0] == '"':
+            continue
+        if token in "[{":
+            depth += 1
+            if depth == limit + 1 and not skipping:
+                out += [text[last:m.start()], "[]"]
+                skipping = True
+        else:
+            if depth == limit + 1 and skipping:
+                last, skipping = m.end(), False
+            depth -= 1
+    out.append(text[last:])  # unterminated: the parser then says where the text stops
+    return "".join(out)
+
+
 def read_json(path: str):
     """The file's JSON value, or InputFileError naming the path, the position and whether it looks truncated."""
     text = read_text(path)
     try:
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except RecursionError:
+            # Records nested deeper than the parser can go: flattened below every allowed depth (+2 for the list
+            # and the object around a record), they are rejected one by one, never the file.
+            return json.loads(_flatten_deep(text, JSON_DEPTH_LIMIT + 2))
     except json.JSONDecodeError as e:
         # An unterminated string or an error at the very end means the input stopped mid-record.
         truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
@@ -44,6 +77,75 @@ def read_json_list(path: str) -> list:
     if not isinstance(data, list):
         raise InputFileError(f"{path}: expected a JSON list of records, found a JSON {type(data).__name__}")
     return data
+
+
+def deeper_than(value, limit: int) -> bool:
+    """Whether lists and objects nest more than `limit` levels in value (a scalar is 0, [] is 1, [[]] is 2)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth + 1 > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def shallow(value, depth: int):
+    """value with what lies below `depth` levels replaced by "...": a deep record made safe to write as JSON."""
+    if not isinstance(value, (list, dict)):
+        return value
+    if depth <= 0:
+        return "..."
+    if isinstance(value, dict):
+        return {k: shallow(v, depth - 1) for k, v in value.items()}
+    return [shallow(v, depth - 1) for v in value]
+
+
+@dataclass(frozen=True)
+class InputBounds:
+    """Limits on what one input record may hold (the --max_caption_chars, --max_caption_words and
+    --max_json_depth flags); past them the record is rejected with the reason."""
+    max_caption_chars: int = MAX_CAPTION_CHARS
+    max_caption_words: int = MAX_CAPTION_WORDS
+    max_json_depth: int = MAX_JSON_DEPTH
+
+    @classmethod
+    def of(cls, opts) -> InputBounds:
+        return cls(opts.max_caption_chars, opts.max_caption_words, opts.max_json_depth)
+
+    def check_depth(self, raw) -> None:
+        if deeper_than(raw, self.max_json_depth):
+            raise Reject("json_too_deep", f"lists and objects nest deeper than --max_json_depth={self.max_json_depth}")
+
+    def text(self, value, name: str, empty_reason: str | None = None) -> str:
+        """require_text, and at most max_caption_chars characters (field_too_long)."""
+        value = require_text(value, name, empty_reason)
+        if len(value) > self.max_caption_chars:
+            raise Reject("field_too_long", f"{name} has {len(value):,} characters, more than --max_caption_chars="
+                                           f"{self.max_caption_chars:,}")
+        return value
+
+    def caption(self, value, name: str, empty_reason: str | None = "empty_caption") -> str:
+        """require_text, and a caption no longer than the bounds (caption_too_long): nothing downstream (spaCy, the
+        eval-set diff) then sees a caption that would crash or stall it."""
+        value = require_text(value, name, empty_reason)
+        if len(value) > self.max_caption_chars:
+            raise Reject("caption_too_long", f"{name} has {len(value):,} characters, more than "
+                                             f"--max_caption_chars={self.max_caption_chars:,}")
+        words = len(value.split())
+        if words > self.max_caption_words:
+            raise Reject("caption_too_long", f"{name} has {words:,} words, more than --max_caption_words="
+                                             f"{self.max_caption_words:,}")
+        return value
+
+    def id(self, value: int, name: str) -> int:
+        if value not in INT64:
+            raise Reject("id_out_of_range", f"{name} {value} does not fit in 64 bits")
+        return value
+
+
+DEFAULT_BOUNDS = InputBounds()
 
 
 def require_text(value, name: str, empty_reason: str | None = None) -> str:
@@ -67,9 +169,18 @@ def _first_line(e: Exception) -> str:
     return text[0] if text else type(e).__name__
 
 
+def reject_letter(stage: str, table: str, source: str, source_file: str, key: int, skip: Reject, raw,
+                  bounds: InputBounds):
+    """The rejected dead letter of a record as read; one too deep is written cut to the allowed depth."""
+    if skip.reason == "json_too_deep":
+        raw = shallow(raw, bounds.max_json_depth)
+    return beam.pvalue.TaggedOutput(REJECTED, dead_letter(stage, table, source, source_file, key, skip, raw))
+
+
 class _ParseFile(beam.DoFn):
-    def __init__(self, source: str, normalise, stage: str, table: str):
+    def __init__(self, source: str, normalise, stage: str, table: str, bounds: InputBounds):
         self.source, self.normalise, self.stage, self.table = source, normalise, stage, table
+        self.bounds = bounds
 
     def process(self, entry):
         path, source_file, context = entry
@@ -77,28 +188,31 @@ class _ParseFile(beam.DoFn):
         yield beam.pvalue.TaggedOutput(READ, (source_file, len(records)))
         for index, raw in enumerate(records):
             try:
-                yield self.normalise(raw, source_file, index, **context)
+                self.bounds.check_depth(raw)
+                yield self.normalise(raw, source_file, index, **context, bounds=self.bounds)
             except Reject as skip:
-                yield beam.pvalue.TaggedOutput(
-                    REJECTED, dead_letter(self.stage, self.table, self.source, source_file, index, skip, raw))
+                yield reject_letter(self.stage, self.table, self.source, source_file, index, skip, raw, self.bounds)
 
 
 class ReadJsonRecords(beam.PTransform):
     """JSON-list files -> {"records": normalised, "rejected": dead letters, "read": (file, records in file)}.
 
-    `files` holds (path, source_file, context): `normalise(raw, source_file, index, **context)` returns the
-    record or raises Reject, and the record's key is (source_file, index).
+    `files` holds (path, source_file, context): `normalise(raw, source_file, index, **context, bounds=bounds)`
+    returns the record or raises Reject, and the record's key is (source_file, index). A record nested deeper
+    than bounds.max_json_depth is rejected before normalise sees it.
     """
 
-    def __init__(self, files: list[tuple[str, str, dict]], source: str, normalise, stage: str, table: str):
+    def __init__(self, files: list[tuple[str, str, dict]], source: str, normalise, stage: str, table: str,
+                 bounds: InputBounds = DEFAULT_BOUNDS):
         super().__init__()
         self.files, self.source, self.normalise, self.stage, self.table = files, source, normalise, stage, table
+        self.bounds = bounds
 
     def expand(self, pbegin):
         outputs = (
             pbegin
             | "Files" >> beam.Create(self.files)
-            | "ParseFiles" >> beam.ParDo(_ParseFile(self.source, self.normalise, self.stage, self.table))
+            | "ParseFiles" >> beam.ParDo(_ParseFile(self.source, self.normalise, self.stage, self.table, self.bounds))
             .with_outputs(REJECTED, READ, main="records")
         )
         # A file is parsed by one worker; spread its records before the per-record work.

@@ -8,7 +8,14 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import identity
-from pipeline.sources.files import InputFileError, ReadJsonRecords, read_json_list, require_file, require_text
+from pipeline.sources.files import (
+    DEFAULT_BOUNDS,
+    InputBounds,
+    InputFileError,
+    ReadJsonRecords,
+    read_json_list,
+    require_file,
+)
 
 SOURCE = "vl_checklist"
 # (subset, category) -> file relative to the VL-CheckList root.
@@ -34,25 +41,26 @@ def check_root(root: str) -> None:
         read_json_list(path)
 
 
-def image_id_from_path(image_path: str) -> int | None:
+def image_id_from_path(image_path: str, bounds: InputBounds = DEFAULT_BOUNDS) -> int | None:
     m = _IMAGE_ID.search(image_path)
-    return int(m.group(1)) if m else None
+    return bounds.id(int(m.group(1)), "image id in image_path") if m else None
 
 
-def _caption(captions: dict, side: str) -> str:
+def _caption(captions: dict, side: str, bounds: InputBounds) -> str:
     value = captions.get(side)
     if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], str):
         raise Reject("bad_captions", f"{side} must be a list of one caption, got {value!r:.80}")
-    return require_text(value[0], f"{side} caption", empty_reason="empty_caption")
+    return bounds.caption(value[0], f"{side} caption")
 
 
-def normalise(raw, source_file: str, index: int, subset: str, category: str) -> dict:
+def normalise(raw, source_file: str, index: int, subset: str, category: str, *,
+              bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     """The record as a plain dict with a stable key, or Reject(reason)."""
     if not isinstance(raw, (list, tuple)) or len(raw) != 2:
         got = f"a list of {len(raw)}" if isinstance(raw, (list, tuple)) else f"a JSON {type(raw).__name__}"
         raise Reject("not_a_pair", f"expected [image_path, {{POS, NEG}}], got {got}")
     image_path, captions = raw
-    require_text(image_path, "image_path")
+    bounds.text(image_path, "image_path")
     if not isinstance(captions, dict):
         raise Reject("bad_captions", f"expected {{POS, NEG}}, got a JSON {type(captions).__name__}")
     return {
@@ -60,13 +68,13 @@ def normalise(raw, source_file: str, index: int, subset: str, category: str) -> 
         "subset": subset,
         "category": category,
         "image_path": image_path,
-        "image_id": image_id_from_path(image_path),
-        "caption": _caption(captions, "POS"),
-        "hard_negative": _caption(captions, "NEG"),
+        "image_id": image_id_from_path(image_path, bounds),
+        "caption": _caption(captions, "POS", bounds),
+        "hard_negative": _caption(captions, "NEG", bounds),
     }
 
 
-def read_vl_checklist(root: str, stage: str, table: str) -> ReadJsonRecords:
+def read_vl_checklist(root: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS) -> ReadJsonRecords:
     files = [(FileSystems.join(root, relpath), relpath, {"subset": subset, "category": category})
              for (subset, category), relpath in sorted(FILES.items())]
-    return ReadJsonRecords(files, SOURCE, normalise, stage, table)
+    return ReadJsonRecords(files, SOURCE, normalise, stage, table, bounds)

@@ -14,6 +14,7 @@ from pipeline.perturb.corpus import CorpusCounts
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
 
 EMITTED = "emitted"
 
@@ -101,7 +102,7 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes. With `with_corpus`, a
     first pass counts the captions' vocabulary and trigrams, handed to `fn` as a side input and returned as
     "corpus" too."""
-    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table)
+    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table, InputBounds.of(opts))
     extra, outputs = [], {}
     if with_corpus:
         corpus = read["records"] | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
@@ -123,7 +124,11 @@ def sample_key(seed: int, row: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A markdown table cell: pipes escaped, control and invisible characters (newline, ESC, NUL, bidi overrides)
+    written as escapes, so a caption can neither break the table nor act on a terminal."""
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+    return text.replace("|", "\\|")
 
 
 def samples_markdown(title: str, groups: list[tuple[str, list[dict]]], columns: list[str], seed: int) -> str:

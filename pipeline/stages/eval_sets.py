@@ -16,7 +16,7 @@ from pipeline.perturb.eval_swap import swap_hard_positive
 from pipeline.perturb.outcomes import Skip
 from pipeline.perturb.text import lower_case
 from pipeline.sources import aro, vl_checklist
-from pipeline.sources.files import READ
+from pipeline.sources.files import READ, InputBounds
 
 STAGE = "eval_sets"
 REPLACE, SWAP = "replace", "swap"  # table names: output folders <output_dir>/replace, <output_dir>/swap
@@ -131,10 +131,10 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     counts = []
     for table in tables(opts):
         if table == REPLACE:
-            source = vl_checklist.read_vl_checklist(opts.vl_checklist_root, STAGE, REPLACE)
+            source = vl_checklist.read_vl_checklist(opts.vl_checklist_root, STAGE, REPLACE, InputBounds.of(opts))
             make_rows, group = MakeReplaceRows(_replace_table(opts)), _replace_pair
         else:
-            source = aro.read_aro_attribution(opts.aro_vga, STAGE, SWAP)
+            source = aro.read_aro_attribution(opts.aro_vga, STAGE, SWAP, InputBounds.of(opts))
             make_rows, group = MakeSwapRows(), None
         read = pipeline | f"Read{table.title()}Source" >> source
         built = read["records"] | f"Make{table.title()}Rows" >> beam.ParDo(make_rows).with_outputs(

@@ -17,12 +17,14 @@ from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
 from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
+from pipeline.llm.cache import lines as cache_lines
 from pipeline.llm.engines import ENGINES, EngineConfig, ReplayError, Sampling, read_replay
 from pipeline.llm.prompts import CHAT_FORMATS, POSITIVE_TYPES, load_prompt, wants
 from pipeline.llm.validate import shared_validator
 from pipeline.options import HardposOptions, UsageError, type_list
 from pipeline.perturb.outcomes import Reject
 from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
 
 STAGE = TABLE = "hard_positives"
 RECORD_FIELDS = ("example_id", "caption_id", "image_id", "file_name", "image_url", "source_file", "caption",
@@ -144,7 +146,7 @@ def _read_cache(pipeline: beam.Pipeline, cache_dir: str):
         | "MatchCache" >> fileio.MatchFiles(cache_pattern(cache_dir),
                                             empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
         | "ReadCacheFiles" >> fileio.ReadMatches()
-        | "CacheLines" >> beam.FlatMap(lambda f: f.read_utf8().splitlines())
+        | "CacheLines" >> beam.FlatMap(lambda f: cache_lines(f.read()))
         | "ParseCache" >> beam.Map(parse_line)
         | "DropDamaged" >> beam.Filter(lambda kv: kv is not None)
     )
@@ -193,7 +195,8 @@ def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
     """The stage's graph; returns {"rows": accepted rows, "counts": report counts} (train_set joins the rows)."""
     types = positive_types(opts)
     base = base_sampling(opts)
-    read = pipeline | "ReadCaptionsForPositives" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE)
+    read = pipeline | "ReadCaptionsForPositives" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE,
+                                                                          InputBounds.of(opts))
     prompts = read["records"] | "MakePrompts" >> beam.FlatMap(make_prompts, types, opts.model, opts.chat_format, base)
     joined = ({"prompt": prompts | "KeyPrompts" >> beam.Map(lambda e: (e["key"], e)),
                "cache": _read_cache(pipeline, opts.cache_dir)}

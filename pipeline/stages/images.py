@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.io.commit import FolderLock
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.report import REPORT_FILE, write_json
 from pipeline.options import HardposOptions, UsageError
@@ -122,16 +123,19 @@ def read_table(opts: HardposOptions, table: str) -> core.ImageTable:
 
 def run_stage(options, opts: HardposOptions) -> dict:
     out = images_dir(opts)
+    local_root = opts.image_root if opts.image_root and not core.is_url(opts.image_root) else None
     config = core.FetchConfig(
         images_dir=out, image_format=opts.image_format, image_size=opts.image_size,
         images_per_shard=opts.images_per_shard, processes=opts.image_processes, threads=opts.image_threads,
-        timeout=opts.image_timeout, retries=opts.image_retries, retry_failed=opts.retry_failed_images)
-    result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
-    report_path = os.path.join(out, REPORT_FILE)
-    report = {"stage": STAGE, "output_dir": opts.output_dir,
-              "inputs": {"image_root": opts.image_root, "retry_failed_images": opts.retry_failed_images},
-              **result, "report_path": report_path}
-    write_json(report_path, report)
+        timeout=opts.image_timeout, retries=opts.image_retries, retry_failed=opts.retry_failed_images,
+        deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, file_root=local_root)
+    with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
+        result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
+        report_path = os.path.join(out, REPORT_FILE)
+        report = {"stage": STAGE, "output_dir": opts.output_dir,
+                  "inputs": {"image_root": opts.image_root, "retry_failed_images": opts.retry_failed_images},
+                  **result, "report_path": report_path}
+        write_json(report_path, report)
     _print_images(report)
     return report
 

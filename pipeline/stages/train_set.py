@@ -16,6 +16,7 @@ from pipeline.io.report import table_report
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Discard
 from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
 from pipeline.stages import hard_positives, train_negatives
 
 STAGE = "train_set"
@@ -90,7 +91,8 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
-    read = pipeline | "ReadCaptionsForTrain" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE)
+    read = pipeline | "ReadCaptionsForTrain" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE,
+                                                                      InputBounds.of(opts))
     by_id = lambda label, pcoll: pcoll | label >> beam.Map(lambda r: (r["example_id"], r))  # noqa: E731
     joined = ({"caption": by_id("KeyCaptions", read["records"]), "positive": by_id("KeyPositives", positives),
                "negative": by_id("KeyNegatives", negatives)}
