@@ -28,8 +28,9 @@ wordnet:
 	  ($(SUDO) apt-get update >/dev/null && \
 	   $(SUDO) apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index >/dev/null)
 
-# The sample's LLM answers come from samples/coco/hard_positives_replay.jsonl (hand-written, --llm_engine=replay),
-# so the whole chain runs without a model; they still go through the same validation as a model's.
+# The sample's hard positives come from a real model: the embedded SmolLM2-135M-Instruct (the default
+# --llm_engine=transformers --model), on the CPU, in its own chat template; a rejected answer is asked again with
+# sampling (--llm_retries). samples/coco/hard_positives_replay.jsonl stays for the tests (--llm_engine=replay).
 sample: setup
 	$(BIN)/python -m pipeline.run --stage=eval_sets \
 	  --vl_checklist_root=samples/vl_checklist \
@@ -39,8 +40,7 @@ sample: setup
 	  --coco_captions=samples/coco/captions_sample.json \
 	  --output_dir=$(SAMPLE_OUT)/order_eval
 	$(BIN)/python -m pipeline.run --stage=all \
-	  --coco_captions=samples/coco/captions_sample.json --negative_types=all \
-	  --llm_engine=replay --llm_replay=samples/coco/hard_positives_replay.jsonl --model=hand-written-sample \
+	  --coco_captions=samples/coco/captions_sample.json --negative_types=all --llm_retries=2 \
 	  --cache_dir=$(SAMPLE_OUT)/llm_cache --output_dir=$(SAMPLE_OUT)/all
 	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 

@@ -13,7 +13,7 @@ setup(
     # pipeline/_schemas and pipeline/_prompts.
     packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas", "pipeline._prompts"],
     package_dir={"pipeline._schemas": "schemas", "pipeline._prompts": "prompts"},
-    package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt"],
+    package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt", "released/*.txt", "negatives/*.txt"],
                   "pipeline.perturb": ["data/*.json"], "pipeline.train": ["model_configs/*.json"]},
     install_requires=[
         "apache-beam>=2.77,<3",

@@ -67,7 +67,10 @@ class HardposOptions(PipelineOptions):
         parser.add_argument("--negative_types", default="replace",
                             help="Comma-separated generators for train_negatives (default replace): replace, swap, "
                                  "negclip, shuffle_nouns_and_adj, shuffle_allbut_nouns_and_adj, "
-                                 "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams; 'all' for every one.")
+                                 "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams ('all' for every one "
+                                 "of these), and the LLM negatives llm_replace_obj, llm_replace_att, llm_replace_rel, "
+                                 "llm_swap_obj, llm_swap_att (written to llm_negatives/ with the --llm_engine "
+                                 "flags). For train_set: the order of preference.")
         parser.add_argument("--negatives_per_caption", type=_positive_int, default=1,
                             help="Up to N distinct hard negatives per caption and type.")
         parser.add_argument("--negative_ranker", default="ngram", choices=("ngram", "lm", "none"),
@@ -89,15 +92,26 @@ class HardposOptions(PipelineOptions):
         parser.add_argument("--positive_types", default="replace,swap",
                             help="LLM hard positives to ask for: replace, swap, replace_verb, replace_preposition "
                                  "(default replace,swap). For train_set: the order of preference.")
-        parser.add_argument("--llm_engine", choices=("vllm", "openai", "transformers", "replay"),
-                            help="vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible server at "
-                                 "--llm_base_url), transformers (HF generate, CPU or GPU) or replay (answers "
-                                 "recorded earlier in --llm_replay, e.g. another run's or a paper's outputs).")
+        parser.add_argument("--llm_engine", default="transformers", choices=("vllm", "openai", "transformers", "replay"),
+                            help="transformers (HF generate, CPU or GPU; default, with the embedded "
+                                 "SmolLM2-135M-Instruct when --model is not given), vllm (offline LLM on the "
+                                 "worker's GPUs), openai (an OpenAI-compatible server at --llm_base_url) or replay "
+                                 "(answers recorded earlier in --llm_replay, e.g. another run's outputs).")
         parser.add_argument("--llm_replay", default=None,
-                            help="replay engine: JSONL of {positive_type, caption, text} answers.")
-        parser.add_argument("--model", help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf.")
+                            help="replay engine: JSONL of {type, caption, text} answers.")
+        parser.add_argument("--model", default=None,
+                            help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf (default with "
+                                 "--llm_engine=transformers: the embedded SmolLM2-135M-Instruct).")
         parser.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
-        parser.add_argument("--chat_format", default="llama2", help="llama2 ([INST] ... [/INST], default) or none.")
+        parser.add_argument("--chat_format", default="auto", choices=("auto", "none", "llama2"),
+                            help="How a prompt reaches the model: auto (default: the model's own chat template, "
+                                 "through tokenizer.apply_chat_template, vLLM's LLM.chat or /chat/completions), "
+                                 "none (the raw text as a completion, as the authors' released script sends it) "
+                                 "or llama2 (a hand-written Llama-2-chat [INST] ... [/INST] completion).")
+        parser.add_argument("--prompt_set", default="paper", choices=("paper", "released"),
+                            help="Hard-positive prompts: paper (default: the paper's appendix, prompts/*.txt) or "
+                                 "released (the four templates of the authors' generate_hard_positives.py, "
+                                 "verbatim, prompts/released/).")
         parser.add_argument("--temperature", type=float, default=0.0, help="Sampling temperature; 0 = greedy.")
         parser.add_argument("--top_p", type=float, default=1.0, help="Nucleus sampling parameter.")
         parser.add_argument("--llm_retries", type=int, default=0,
@@ -187,12 +201,12 @@ class HardposOptions(PipelineOptions):
                                  "fraction of its prompts failed as LLM requests, request_failed (default 0.5).")
 
 
-def type_list(flag: str, value: str, choices, allow_all: bool = False) -> list[str]:
+def type_list(flag: str, value: str, choices, allow_all: bool = False, all_means=None) -> list[str]:
     """A comma-separated list of names from `choices` (in the given order, duplicates dropped), or UsageError
-    naming the flag; with allow_all, "all" means every choice."""
+    naming the flag; with allow_all, "all" means every choice (or every one of `all_means`)."""
     names = [n.strip() for n in value.split(",") if n.strip()]
     if allow_all and names == ["all"]:
-        return list(choices)
+        return list(all_means or choices)
     unknown = [n for n in names if n not in choices]
     if unknown or not names:
         raise UsageError(f"{flag}: unknown type {unknown[0] if unknown else '(none)'}; "

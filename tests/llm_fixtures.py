@@ -51,7 +51,7 @@ def build_tiny_llama(folder: Path, texts: list[str], hidden: int = 32, layers: i
     tokenizer.padding_side = "left"
     from pipeline.llm.prompts import load_prompt
 
-    prompts = [load_prompt(kind).render(t) for t in texts[:32] for kind in ("replace", "swap")]
+    prompts = [load_prompt(kind).text(t) for t in texts[:32] for kind in ("replace", "swap")]
     probe = tokenizer(prompts, return_tensors="pt", padding=True)
     with torch.inference_mode():
         out = model.generate(**probe, max_new_tokens=8, do_sample=False, pad_token_id=3)
@@ -80,7 +80,7 @@ def _stub_answer(prompt: str) -> str:
                 words[i - 1], words[i + 1] = right.rstrip(".,"), left + tail
                 return " " + " ".join(words)
         return " " + caption
-    caption = prompt.split("\n", 1)[1].rsplit(" [/INST]", 1)[0]
+    caption = prompt.split("\n", 1)[1].rsplit(" [/INST]", 1)[0].rstrip("\n")
     words = caption.split()
     for i, w in enumerate(words):
         if w.lower() in SYNONYMS:
@@ -90,12 +90,13 @@ def _stub_answer(prompt: str) -> str:
 
 
 class CompletionsServer(LocalHTTPServer):
-    """POST /v1/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503. With `gated`, every
+    """POST /v1/completions and /v1/chat/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503. With `gated`, every
     answer waits until release() (or until the server stops by itself, after stop_after seconds); `asked` is set
     at the first request."""
 
     def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None):
         self.requests = 0
+        self.paths = []  # the endpoint of each answered request
         self.fail_first = fail_first
         self.lock = threading.Lock()
         self.asked = threading.Event()
@@ -116,13 +117,18 @@ class CompletionsServer(LocalHTTPServer):
                 with server.lock:
                     server.requests += 1
                     fail = server.requests <= server.fail_first
-                if fail or self.path != "/v1/completions":
+                if fail or self.path not in ("/v1/completions", "/v1/chat/completions"):
                     self.send_response(503 if fail else 404)
                     self.end_headers()
                     return
-                text = _stub_answer(body["prompt"])
-                reply = {"choices": [{"text": text, "finish_reason": "stop"}],
-                         "usage": {"completion_tokens": len(text.split())}}
+                server.paths.append(self.path)
+                if self.path == "/v1/chat/completions":  # the server's chat template; the stub reads the message
+                    text = _stub_answer(body["messages"][-1]["content"]).strip()
+                    choice = {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                else:
+                    text = _stub_answer(body["prompt"])
+                    choice = {"text": text, "finish_reason": "stop"}
+                reply = {"choices": [choice], "usage": {"completion_tokens": len(text.split())}}
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -50,7 +50,7 @@ def tiny_model(tmp_path_factory, captions_300):
 
 def llm_args(captions, out, cache, model, *extra):
     return ["--stage=hard_positives", f"--coco_captions={captions}", f"--output_dir={out}", f"--cache_dir={cache}",
-            "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", *extra]
+            "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", "--chat_format=llama2", *extra]
 
 
 @pytest.fixture(scope="module")

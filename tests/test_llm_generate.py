@@ -26,9 +26,9 @@ class ScriptedEngine:
         return out
 
 
-def element(prompt: str, caption: str = CAPTION, positive_type: str = "replace") -> dict:
+def element(prompt: str, caption: str = CAPTION, kind: str = "replace") -> dict:
     return {"key": cache_key("m", "sha", "llama2", {"t": 0}, caption + prompt), "prompt": prompt, "caption": caption,
-            "positive_type": positive_type, "max_new_tokens": 30, "attempts": []}
+            "kind": kind, "max_new_tokens": 30, "attempts": []}
 
 
 def test_rejected_prompts_are_asked_again_with_sampling_and_their_own_seed():
@@ -94,15 +94,15 @@ def test_replay_engine_answers_recorded_captions_and_fails_the_rest(tmp_path):
     path = tmp_path / "answers.jsonl"
     path.write_text(json.dumps({"positive_type": "replace", "caption": CAPTION, "text": "A man seated on a bench."})
                     + "\n\n" + json.dumps({"positive_type": "swap", "caption": CAPTION, "text": "x"}) + "\n")
-    for chat_format in ("llama2", "none"):
+    for chat_format in ("llama2", "none", "auto"):  # answers are matched by the rendered prompt text
         engine = ReplayEngine(EngineConfig("replay", "m", replay_path=str(path), chat_format=chat_format))
-        known = load_prompt("replace").render(CAPTION, chat_format)
-        other = load_prompt("replace").render("Another caption.", chat_format)
+        known = load_prompt("replace").text(CAPTION)
+        other = load_prompt("replace").text("Another caption.")
         got = engine.generate([known, other], [Sampling(30), Sampling(30)])
         assert got[0] == Generation("A man seated on a bench.", "stop", 6)
         assert got[1].finish_reason == "error" and "no recorded answer" in got[1].error
         # the same caption under another prompt is another answer
-        assert engine.generate([load_prompt("swap").render(CAPTION, chat_format)], [Sampling(20)])[0].text == "x"
+        assert engine.generate([load_prompt("swap").text(CAPTION)], [Sampling(20)])[0].text == "x"
 
 
 def test_replay_files_with_bad_lines_are_refused_naming_the_line(tmp_path):
@@ -112,7 +112,7 @@ def test_replay_files_with_bad_lines_are_refused_naming_the_line(tmp_path):
 
     for body, message in (('{"positive_type": "replace", "caption": "c"}\n', ":1: needs string fields"),
                           ('{"positive_type": "replace", "caption": "c", "text": "t"}\nnot json\n', ":2: not JSON"),
-                          ('{"positive_type": "rewrite", "caption": "c", "text": "t"}\n', "unknown positive_type")):
+                          ('{"positive_type": "rewrite", "caption": "c", "text": "t"}\n', "unknown type")):
         path = tmp_path / "bad.jsonl"
         path.write_text(body)
         with pytest.raises(ReplayError, match=message):

@@ -47,6 +47,8 @@ CASES = [
     ("replace", C1, "Sure! Here is the changed sentence:", "stop", None, "empty"),
     ("replace", C1, "A man holding an umbrella on a busy street.", "stop", None, "identical"),
     ("replace", C1, "a man holding an umbrella on a busy street", "stop", None, "identical"),
+    # SmolLM2 on a real caption: only the article changed; no span is left to compare (an IndexError before)
+    ("replace", C1, "A man holding a umbrella on a busy street!", "stop", None, "identical"),
     # not one short span
     ("replace", C1, "A guy grasping an umbrella on a busy street.", "stop", None, "more_than_one_word"),
     ("replace", C1, "A guy with an umbrella on a crowded street.", "stop", None, "more_than_one_span"),

@@ -63,9 +63,10 @@ def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
     assert "done in" in summary
     markdown = (out / "all" / "report.md").read_text()
     assert "| train | 41 |" in markdown and "no_hard_positive" in markdown
-    # the sample's hand-written answers: 3 wrong ones and 1 missing answer are rejected, the rest accepted
+    # the sample's hand-written answers: 2 wrong ones (two changes; open -> closed) and 1 missing answer are
+    # rejected, the rest accepted
     hp = report(out / "all")["tables"]["hard_positives"]
-    assert hp["rows"] == 40 and hp["rejected_generations"] == 4 and hp["balanced"]
+    assert hp["rows"] == 41 and hp["rejected_generations"] == 3 and hp["balanced"]
 
 
 def test_progress_lines_come_while_rows_are_still_arriving(release):

@@ -26,8 +26,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 
-import pyarrow.parquet as pq
-
+from pipeline.io.parquet import read_table
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_replace import replaced_words_unrelated
@@ -178,14 +177,14 @@ def check_output(output_dir: str, min_replace_yield: float = 0.95, captions_file
                  ctx: Context | None = None) -> tuple[list[str], dict]:
     report = read_json(os.path.join(output_dir, REPORT_FILE))
     section = report["tables"][TABLE]
-    captions_file = captions_file or report.get("inputs", {}).get("coco_captions")
+    captions_file = captions_file or section.get("inputs", report.get("inputs", {})).get("coco_captions")
     if ctx is None:
         ctx = Context(corpus_of(captions_file) if captions_file and os.path.isfile(captions_file) else None)
     violations, by_type, by_check, rows_seen = [], Counter(), Counter(), 0
     with_type = defaultdict(set)
     first = defaultdict(dict)
     for path in sorted(glob.glob(os.path.join(output_dir, TABLE, "*.parquet"))):
-        for row in pq.read_table(path).to_pylist():
+        for row in read_table(path).to_pylist():
             rows_seen += 1
             by_type[row["negative_type"]] += 1
             with_type[row["negative_type"]].add(row["example_id"])

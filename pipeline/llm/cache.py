@@ -11,7 +11,8 @@ import hashlib
 import json
 import uuid
 
-CACHE_SUBDIR = "hard_positives"
+# One folder per table (hard_positives, llm_negatives): a stage reads only its own answers.
+DEFAULT_TABLE = "hard_positives"
 
 
 def cache_key(model: str, prompt_sha256: str, chat_format: str, sampling: dict, caption: str) -> str:
@@ -19,20 +20,20 @@ def cache_key(model: str, prompt_sha256: str, chat_format: str, sampling: dict, 
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def cache_pattern(cache_dir: str) -> str:
+def cache_pattern(cache_dir: str, table: str = DEFAULT_TABLE) -> str:
     from apache_beam.io.filesystems import FileSystems
 
-    return FileSystems.join(cache_dir, CACHE_SUBDIR, "*.jsonl")
+    return FileSystems.join(cache_dir, table, "*.jsonl")
 
 
-def write_entries(cache_dir: str, entries: list[dict]) -> str:
+def write_entries(cache_dir: str, entries: list[dict], table: str = DEFAULT_TABLE) -> str:
     """Write entries as one file, atomically; returns its path."""
     from apache_beam.io.filesystems import FileSystems
 
     digest = hashlib.sha256("\n".join(sorted(e["key"] for e in entries)).encode()).hexdigest()[:24]
-    final = FileSystems.join(cache_dir, CACHE_SUBDIR, f"{digest}-{uuid.uuid4().hex[:8]}.jsonl")
+    final = FileSystems.join(cache_dir, table, f"{digest}-{uuid.uuid4().hex[:8]}.jsonl")
     temp = final + ".tmp"
-    directory = FileSystems.join(cache_dir, CACHE_SUBDIR)
+    directory = FileSystems.join(cache_dir, table)
     if not FileSystems.exists(directory):
         try:
             FileSystems.mkdirs(directory)

@@ -1,13 +1,17 @@
-"""LLM engines behind one small interface: a batch of prompts (each with its sampling) in, generations out.
+"""LLM engines behind one small interface: a batch of rendered prompts (each with its sampling) in, generations out.
 
-- vllm: vLLM's offline `LLM` on the worker's GPUs (written against vLLM 0.6-0.11's documented `LLM` and
+Each engine sends a prompt as --chat_format says (prompts.py): auto wraps it in the model's own chat template,
+none sends it as a plain completion, llama2 as a hand-written [INST] ... [/INST] completion.
+- vllm: vLLM's offline `LLM` on the worker's GPUs (`LLM.chat` for auto, `LLM.generate` otherwise, with
   `SamplingParams`; prefix caching on, since every prompt of a kind shares its instruction prefix).
-- openai: any OpenAI-compatible completions server (`vllm serve`, TGI, SGLang): POST {base_url}/completions
-  over plain HTTP, bounded concurrency, timeouts, retries with exponential backoff.
-- transformers: HF `generate` with left padding, on CPU or GPU.
-- replay: answers recorded earlier ({positive_type, caption, text} per JSONL line: another run's outputs, hard
-  positives released with a paper, or the hand-written answers that let the sample run without a model),
-  matched to prompts by rendering each record's prompt; the answers still go through validation.
+- openai: any OpenAI-compatible server (`vllm serve`, TGI, SGLang, llama.cpp's): POST {base_url}/chat/completions
+  for auto, {base_url}/completions otherwise, over plain HTTP, bounded concurrency, timeouts, retries with
+  exponential backoff.
+- transformers: HF `generate` with left padding, on CPU or GPU (`tokenizer.apply_chat_template` for auto); the
+  default model is the embedded SmolLM2-135M-Instruct (models.py).
+- replay: answers recorded earlier ({type (or positive_type), caption, text} per JSONL line: another run's
+  outputs, or the hand-written answers of the tests), matched to prompts by the rendered prompt text; the
+  answers still go through validation.
 Heavy libraries are imported inside the engine that needs them. A request that still fails after its retries
 comes back as finish_reason "error" (never cached, so a re-run asks again) instead of stopping the run.
 """
@@ -20,8 +24,6 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-
-from pipeline.torchvision_compat import import_torchvision
 
 ENGINES = ("vllm", "openai", "transformers", "replay")
 
@@ -63,7 +65,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
     replay_path: str = ""
-    chat_format: str = "llama2"
+    chat_format: str = "auto"
+    prompt_set: str = "paper"
     extra: dict = field(default_factory=dict)
 
 
@@ -85,27 +88,29 @@ def make_engine(config: EngineConfig):
 
 class TransformersEngine:
     def __init__(self, config: EngineConfig):
-        try:
-            import torch
+        from pipeline.llm.models import ModelMissing, load_causal_lm
 
-            import_torchvision()  # transformers imports torchvision when installed: the CPU-build case
-            import transformers
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:
-            raise EngineMissing(f"--llm_engine=transformers needs torch and transformers "
-                                f"(pip install 'hardpos[hf]'): {e}") from None
-        self.torch = torch
-        self.batch_size = config.batch_size
-        device = config.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(config.model, padding_side="left")
+        try:
+            self.tokenizer, self.model, self.torch, self.device = load_causal_lm(config.model, config.device)
+        except ModelMissing as e:
+            raise EngineMissing(f"--llm_engine=transformers: {e}") from None
+        self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-        self.model = AutoModelForCausalLM.from_pretrained(config.model, **{dtype_arg: dtype}).to(device).eval()
+        self.batch_size = config.batch_size
+        self.chat_format = config.chat_format
+        if self.chat_format == "auto" and not getattr(self.tokenizer, "chat_template", None):
+            raise EngineMissing(f"--chat_format=auto: {config.model or 'the model'} has no chat template; "
+                                "use --chat_format=none or llama2")
+
+    def render(self, prompt: str) -> str:
+        """The text the model reads: the model's own chat template around the prompt, or a completion."""
+        from pipeline.llm.prompts import completion
+
+        if self.chat_format == "auto":
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                      add_generation_prompt=True)
+        return completion(prompt, self.chat_format)
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
@@ -124,7 +129,9 @@ class TransformersEngine:
 
     def _batch(self, prompts: list[str], p: Sampling) -> list[Generation]:
         torch = self.torch
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
+        # A chat template writes its own special tokens; a completion gets the tokenizer's (a Llama's <s>).
+        encoded = self.tokenizer([self.render(t) for t in prompts], return_tensors="pt", padding=True,
+                                 add_special_tokens=self.chat_format != "auto").to(self.device)
         kwargs = {"max_new_tokens": p.max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id}
         if p.temperature > 0:
             torch.manual_seed(p.seed or 0)
@@ -152,7 +159,9 @@ class OpenAIEngine:
     def __init__(self, config: EngineConfig):
         if not config.base_url:
             raise ValueError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
-        self.url = config.base_url.rstrip("/") + "/completions"
+        self.chat = config.chat_format == "auto"
+        self.chat_format = config.chat_format
+        self.url = config.base_url.rstrip("/") + ("/chat/completions" if self.chat else "/completions")
         self.model = config.model
         self.timeout_s = config.timeout_s
         self.retries = config.request_retries
@@ -165,12 +174,20 @@ class OpenAIEngine:
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
         return list(self.pool.map(self._one, prompts, params))
 
-    def _one(self, prompt: str, p: Sampling) -> Generation:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": p.max_new_tokens,
-                "temperature": p.temperature, "top_p": p.top_p}
+    def body(self, prompt: str, p: Sampling) -> dict:
+        from pipeline.llm.prompts import completion
+
+        body = {"model": self.model, "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p}
+        if self.chat:  # the server applies the model's chat template
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = completion(prompt, self.chat_format)
         if p.seed is not None:
             body["seed"] = p.seed
-        data = json.dumps(body).encode("utf-8")
+        return body
+
+    def _one(self, prompt: str, p: Sampling) -> Generation:
+        data = json.dumps(self.body(prompt, p)).encode("utf-8")
         error = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -180,15 +197,16 @@ class OpenAIEngine:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                     reply = json.loads(response.read().decode("utf-8"))
                 choice = reply["choices"][0]
+                text = (choice.get("message") or {}).get("content") if self.chat else choice.get("text")
                 tokens = (reply.get("usage") or {}).get("completion_tokens", 0)
-                return Generation(choice.get("text") or "", choice.get("finish_reason") or "stop", tokens)
+                return Generation(text or "", choice.get("finish_reason") or "stop", tokens)
             except urllib.error.HTTPError as e:
                 error = f"HTTP {e.code}"
                 if e.code not in self.RETRY_STATUS:
                     break
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
                 error = f"{type(e).__name__}: {e}"
-            except (ValueError, KeyError, IndexError) as e:
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                 error = f"bad reply: {e}"
                 break
         return Generation("", "error", 0, error)
@@ -202,14 +220,21 @@ class VLLMEngine:
             raise EngineMissing(f"--llm_engine=vllm needs vLLM on a CUDA machine (pip install 'hardpos[llm]'): {e}") \
                 from None
         self.sampling_params = SamplingParams
+        self.chat_format = config.chat_format
         self.llm = LLM(model=config.model, tensor_parallel_size=config.tensor_parallel_size,
                        max_num_seqs=config.max_num_seqs, gpu_memory_utilization=config.gpu_memory_utilization,
                        enable_prefix_caching=True, **config.extra)
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
+        from pipeline.llm.prompts import completion
+
         sampling = [self.sampling_params(max_tokens=p.max_new_tokens, temperature=p.temperature, top_p=p.top_p,
                                          seed=p.seed) for p in params]
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        if self.chat_format == "auto":  # vLLM applies the model's chat template
+            conversations = [[{"role": "user", "content": t}] for t in prompts]
+            outputs = self.llm.chat(conversations, sampling, use_tqdm=False)
+        else:
+            outputs = self.llm.generate([completion(t, self.chat_format) for t in prompts], sampling, use_tqdm=False)
         return [Generation(o.outputs[0].text, o.outputs[0].finish_reason or "stop", len(o.outputs[0].token_ids))
                 for o in outputs]
 
@@ -219,12 +244,13 @@ class ReplayError(ValueError):
 
 
 def read_replay(path: str) -> list[dict]:
-    """The records of a replay file: one JSON object per line with positive_type, caption and text. ReplayError
-    (one line, naming file:line) for an empty file, a line that is not UTF-8 or not such an object, and two
-    different answers to one prompt (which would make the output depend on file order)."""
+    """The records of a replay file: one JSON object per line with type (a positive type or an LLM negative
+    type; positive_type is read too), caption and text. ReplayError (one line, naming file:line) for an empty
+    file, a line that is not UTF-8 or not such an object, and two different answers to one prompt (which would
+    make the output depend on file order)."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.llm.prompts import POSITIVE_TYPES
+    from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
 
     records, first_seen = [], {}
     with FileSystems.open(path) as f:
@@ -241,12 +267,13 @@ def read_replay(path: str) -> list[dict]:
             record = json.loads(line)
         except (ValueError, RecursionError) as e:
             raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
-                                                   for k in ("positive_type", "caption", "text")):
-            raise ReplayError(f"{path}:{number}: needs string fields positive_type, caption and text")
-        if record["positive_type"] not in POSITIVE_TYPES:
-            raise ReplayError(f"{path}:{number}: unknown positive_type {record['positive_type']!r}")
-        key = (record["positive_type"], record["caption"])
+        if isinstance(record, dict) and "type" not in record and "positive_type" in record:
+            record["type"] = record.pop("positive_type")
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("type", "caption", "text")):
+            raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
+        if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
+            raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
+        key = (record["type"], record["caption"])
         earlier, text = first_seen.setdefault(key, (number, record["text"]))
         if text != record["text"]:
             raise ReplayError(f"{path}:{number}: a second, different answer for the {key[0]} prompt of this "
@@ -265,8 +292,7 @@ class ReplayEngine:
             raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
         self.answers = {}
         for record in read_replay(config.replay_path):
-            prompt = load_prompt(record["positive_type"]).render(record["caption"], config.chat_format)
-            self.answers[prompt] = record["text"]
+            self.answers[load_prompt(record["type"], config.prompt_set).text(record["caption"])] = record["text"]
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
         return [Generation(self.answers[p], "stop", len(self.answers[p].split())) if p in self.answers

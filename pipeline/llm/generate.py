@@ -1,6 +1,6 @@
 """Asking the LLM for one batch of prompts, with validation and sampled retries; no Beam.
 
-A prompt element is a dict with key (cache key), prompt (rendered), caption, positive_type,
+A prompt element is a dict with key (cache key), prompt (rendered), caption, kind (a positive or LLM negative type),
 max_new_tokens and attempts (earlier attempts from the cache, if any). Each attempt is a Generation as JSON
 plus the sampling it used. Attempt 0 uses the configured sampling (greedy by default); attempts 1..retries
 re-ask rejected prompts with sampling at retry_temperature and a seed derived from (key, attempt).
@@ -49,6 +49,6 @@ def answer_batch(batch: list[dict], engine, base: Sampling, retries: int, retry_
             attempts[e["key"]].append({**g.to_json(), "sampling": asdict(p)})
             if g.finish_reason == "error":
                 failed.add(e["key"])
-    entries = [{"key": e["key"], "caption": e["caption"], "positive_type": e["positive_type"],
+    entries = [{"key": e["key"], "caption": e["caption"], "kind": e["kind"],
                 "attempts": attempts[e["key"]], "failed": e["key"] in failed} for e in batch]
     return entries, sent

@@ -18,15 +18,16 @@ from pipeline.llm.generate import answer_batch, first_accepted
 
 class HardPositiveHandler(ModelHandler):
     def __init__(self, config: EngineConfig, cache_dir: str, base: Sampling, retries: int, retry_temperature: float,
-                 validator_factory, batch_size: int):
+                 validator_factory, batch_size: int, table: str = "hard_positives"):
         super().__init__(min_batch_size=1, max_batch_size=batch_size, large_model=config.engine == "vllm")
         self.config, self.cache_dir, self.base = config, cache_dir, base
         self.retries, self.retry_temperature = retries, retry_temperature
         self.validator_factory = validator_factory
+        self.table = table
         self._validator = None
 
     def load_model(self):
-        return make_engine(self.config)
+        return _LazyEngine(self.config)
 
     def run_inference(self, batch: Sequence[dict], model, inference_args=None):
         if self._validator is None:
@@ -38,7 +39,7 @@ class HardPositiveHandler(ModelHandler):
             entry["sent_now"] = len(entry["attempts"]) - len(element.get("attempts", []))
         complete = [{k: v for k, v in e.items() if k != "sent_now"} for e in entries if not e["failed"]]
         if complete:  # a failed request is never cached: the next run asks again
-            write_entries(self.cache_dir, complete)
+            write_entries(self.cache_dir, complete, self.table)
         return [PredictionResult(element, entry) for element, entry in zip(batch, entries, strict=True)]
 
     def get_num_bytes(self, batch: Sequence[dict]) -> int:
@@ -46,3 +47,17 @@ class HardPositiveHandler(ModelHandler):
 
     def get_metrics_namespace(self) -> str:
         return "hardpos_llm"
+
+
+class _LazyEngine:
+    """The engine, made on the first prompt that reaches it: a run answered wholly from the cache never loads the
+    model (RunInference loads it when its DoFn starts, whether any prompt comes or not)."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self._engine = None
+
+    def __getattr__(self, name):
+        if self._engine is None:
+            self._engine = make_engine(self.config)
+        return getattr(self._engine, name)

@@ -64,6 +64,15 @@ _TRAILING = re.compile(
     r"|(?<=[.!?\"'])\s+(?:I |I've |I have |Note|Explanation|This |The word|The words|Here|In this|Replaced|"
     r"Swapped|Changed|Original|\(|-|–)).*$", re.S)
 _QUOTES = "\"'“”‘’`«»"
+# Found in SmolLM2's answers: a sentence about the sentence ('The sentence was rephrased to "..." to avoid ...').
+_META = re.compile(r"^(?:the|this|your|my)\s+(?:new\s+|changed\s+|original\s+|rewritten\s+|modified\s+)?"
+                   r"sentence\s+(?:is|was|would be|reads|becomes|has been)\b", re.I)
+_QUOTED = re.compile(r"[\"“]([^\"“”]+)[\"”]")
+# Words that carry no content of the scene: a change among them only is not a synonym ("some park" -> "a park",
+# "this kitchen" -> "a kitchen", "so many screen" -> "a screen"). Prepositions are not here: they carry the layout.
+FUNCTION_WORDS = frozenset("a an the this that these those some any each every all both either neither no many much "
+                           "few so very such and or but nor his her its their our my your is are was were be been "
+                           "being am it they he she we".split())
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,9 @@ def clean(raw: str, caption: str = "") -> str:
     if not lines:
         return ""
     line = lines[0]
+    quoted = _QUOTED.search(line) if _META.match(line) and not keep.has(line) else None
+    if quoted:  # 'The sentence is "A cat ..."': the quoted sentence is the answer
+        line = quoted.group(1).strip()
     # A preamble and the answer on one line: "Sure! Here is the changed sentence: A man ..."
     if _LEAD_CHATTER.match(line) and ":" in line:
         line = keep.cut(line, line.split(":", 1)[1].strip())
@@ -166,23 +178,114 @@ def _content(text: str) -> list[str]:
     return [singular(w) for w in words(text) if w not in ARTICLES]
 
 
-def validate(positive_type: str, caption: str, raw: str, finish_reason: str | None = None,
-             is_negative: Callable[[list[str], list[str]], str | None] | None = None) -> Verdict:
-    """The verdict on one generation. `is_negative(old_words, new_words)` may add a lexicon check (a reason
-    when the replacement is one the hard-negative rules would make)."""
+def _answer(caption: str, raw: str, finish_reason: str | None) -> Verdict:
+    """The cleaned answer, or the Verdict that rejects any generation: empty, cut off, the caption itself."""
     text = clean(raw, caption)
     if not text:
         return Verdict(False, text, "empty", "nothing left after removing the chat wrapping")
-    if finish_reason == "length":
-        return Verdict(False, text, "truncated", "generation stopped at the token limit")
     if same_text(caption, text) or words(caption) == words(text):
         return Verdict(False, text, "identical", "the caption itself (case, spacing and punctuation aside)")
+    # before "truncated": a leaked example usually runs to the token limit, and the leak is what went wrong
+    if _echoes_prompt(text, caption):
+        return Verdict(False, text, "prompt_echoed", "the answer repeats the instruction or an example")
+    if _META.match(text) and not _META.match(caption):
+        return Verdict(False, text, "meta_answer", "a sentence about the sentence, not a rewrite of it")
+    if finish_reason == "length":
+        return Verdict(False, text, "truncated", "generation stopped at the token limit")
+    return Verdict(True, text)
+
+
+def validate(positive_type: str, caption: str, raw: str, finish_reason: str | None = None,
+             is_negative: Callable[[list[str], list[str]], str | None] | None = None) -> Verdict:
+    """The verdict on one hard-positive generation. `is_negative(old_words, new_words)` may add a lexicon check
+    (a reason when the replacement is one the hard-negative rules would make)."""
+    answer = _answer(caption, raw, finish_reason)
+    if not answer.ok:
+        return answer
     if positive_type == "swap":
-        return _validate_swap(caption, text)
-    return _validate_replace(caption, text, is_negative)
+        return _validate_swap(caption, answer.text)
+    return _validate_replace(caption, answer.text, is_negative)
 
 
-def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
+def validate_negative(negative_type: str, caption: str, raw: str, finish_reason: str | None = None,
+                      lexicon=None) -> Verdict:
+    """The verdict on one LLM hard-negative generation (llm_replace_obj/att/rel, llm_swap_obj/att): the one-span
+    or same-words rules of the positives, and the meaning must change the way the rule-based negatives'
+    must: never a synonym or a mere re-inflection, never the two sides of one "and" exchanged, never a moved
+    quantity head, a/an kept; a replace changes a word of its kind (a noun for obj, an adjective, colour or
+    number for att, a verb or preposition for rel)."""
+    from pipeline.perturb.guards import a_an_errors, quantity_heads_moved
+
+    answer = _answer(caption, raw, finish_reason)
+    if not answer.ok:
+        return answer
+    text = answer.text
+    if negative_type.startswith("llm_swap"):
+        reordered = _reordered(caption, text)
+        if isinstance(reordered, Verdict):
+            return reordered
+        old, new = reordered
+        if swapped_around_and(old, new):
+            return Verdict(False, text, "conjunct_swap", "the two sides of one 'and' exchanged: the same scene")
+        moved = quantity_heads_moved(caption, text)
+        if moved:
+            return Verdict(False, text, "quantity_head_moved", ", ".join(moved))
+    else:
+        span = one_span(caption, text)
+        if isinstance(span, Verdict):
+            return span
+        old, new = ([w for w in ws if w not in ARTICLES] for ws in span)
+        detail = f"{' '.join(old)!r} -> {' '.join(new)!r}"
+        if lexicon is not None and len(old) == 1 and len(new) == 1:
+            # every part of speech both words have: "holding" -> "grasping" are also two nouns, and not synonyms
+            # as nouns
+            for pos in ("n", "v", "a"):
+                a, b = lexicon.lemma(old[0], pos), lexicon.lemma(new[0], pos)
+                if a and b and (a == b or lexicon.near_synonyms(a, b, pos)):
+                    return Verdict(False, text, "synonym", detail)
+            if not _of_kind(negative_type, old[0], lexicon):
+                return Verdict(False, text, "wrong_kind", f"{detail}: not the {negative_type[12:]} the prompt asks for")
+    errors = a_an_errors(caption, text)
+    if errors:
+        return Verdict(False, text, "a_an", ", ".join(errors))
+    return Verdict(True, text, detail="" if negative_type.startswith("llm_swap") else detail)
+
+
+def _of_kind(negative_type: str, word: str, lexicon) -> bool:
+    if negative_type == "llm_replace_obj":
+        return lexicon.lemma(word, "n") is not None
+    if negative_type == "llm_replace_att":
+        return lexicon.lemma(word, "a") is not None or word in COLOURS or word in NUMBERS or word.isdigit()
+    return lexicon.lemma(word, "v") is not None or word in _CONTRASTS
+
+
+# Lines of the prompts' instructions and examples: a weak model repeats them ("Output: two antelopes and three
+# giraffes") instead of answering.
+_PROMPT_ECHOES = ("three giraffes and two antelope", "two antelopes and three giraffes", "stained glass clock",
+                  "rice and broccoli", "broccoli and rice", "a sink, toilet and shower", "a sink, shower and toilet",
+                  "wearing glasses and holding a wine bottle", "holding a wine bottle and wearing glasses",
+                  "replace one word", "swap the words", "without changing the meaning", "only output",
+                  "only respond", "a person clothed in a shirt", "tall buildings beneath a cloudy sky",
+                  # the examples of the negatives' prompts (prompts/negatives/)
+                  "making pizzas", "birds besides her", "a blue bike parked", "a red bike parked",
+                  "kitchen is clean and ready", "kitchen is dirty and ready", "bowl of fruit on it",
+                  "a couple of buckets", "resting on a laptop", "resting on a person", "plate of donuts",
+                  "pink shirt holding a blue umbrella", "blue shirt holding a pink umbrella", "brushing her teeth",
+                  "original sentence", "new sentence",
+                  # SmolLM2 answers SWAP with a paraphrase of its last example ("A man wearing glasses and
+                  # holding a glass of wine")
+                  "wearing glasses", "glass of wine", "wine bottle")
+
+
+def _echoes_prompt(text: str, caption: str) -> bool:
+    """The answer carries a line of the prompt that brings words the caption does not have."""
+    low, own = text.casefold(), set(_content(caption))
+    return any(echo in low and not set(_content(echo)) <= own for echo in _PROMPT_ECHOES)
+
+
+def one_span(caption: str, text: str) -> tuple[list[str], list[str]] | Verdict:
+    """(old words, new words) of the one short span where text differs from the caption, or the Verdict that
+    rejects it: several spans, words only added or deleted, a span too long, several words for several."""
     # "an" and "a" are one word here: the article follows the new word ("an umbrella" -> "a parasol").
     old_words = ["a" if w == "an" else w for w in words(caption)]
     new_words = ["a" if w == "an" else w for w in words(text)]
@@ -190,6 +293,8 @@ def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
                if op[0] != "equal"]
     if len(changes) > 1:
         return Verdict(False, text, "more_than_one_span", f"{len(changes)} separate changes")
+    if not changes:  # found by SmolLM2: "an" -> "a", or only case and punctuation changed
+        return Verdict(False, text, "identical", "the same words (case, punctuation or a/an aside)")
     _, i1, i2, j1, j2 = changes[0]
     old, new = old_words[i1:i2], new_words[j1:j2]
     detail = f"{' '.join(old)!r} -> {' '.join(new)!r}"
@@ -203,6 +308,17 @@ def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
         return Verdict(False, text, "more_than_one_word", detail)
     if [singular(w) for w in old if w not in ARTICLES] == [singular(w) for w in new if w not in ARTICLES]:
         return Verdict(False, text, "same_word", detail)
+    return old, new
+
+
+def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
+    span = one_span(caption, text)
+    if isinstance(span, Verdict):
+        return span
+    old, new = span
+    detail = f"{' '.join(old)!r} -> {' '.join(new)!r}"
+    if all(w in FUNCTION_WORDS for w in new):
+        return Verdict(False, text, "no_content_word", f"{detail}: only function words come in")
     reason = _rule_negative(old, new) or (is_negative(old, new) if is_negative else None)
     if reason:
         return Verdict(False, text, reason, detail)
@@ -220,7 +336,8 @@ def _rule_negative(old: list[str], new: list[str]) -> str | None:
     return None
 
 
-def _validate_swap(caption: str, text: str) -> Verdict:
+def _reordered(caption: str, text: str) -> tuple[list[str], list[str]] | Verdict:
+    """(caption's content words, text's) when text has the same words in another order, else the Verdict."""
     old, new = _content(caption), _content(text)
     if Counter(old) != Counter(new):
         missing = list((Counter(old) - Counter(new)).elements())
@@ -228,6 +345,14 @@ def _validate_swap(caption: str, text: str) -> Verdict:
         return Verdict(False, text, "words_changed", f"missing {missing}, added {extra}")
     if old == new:
         return Verdict(False, text, "same_order", "the same words in the same order")
+    return old, new
+
+
+def _validate_swap(caption: str, text: str) -> Verdict:
+    reordered = _reordered(caption, text)
+    if isinstance(reordered, Verdict):
+        return reordered
+    old, new = reordered
     if not swapped_around_and(old, new):
         return Verdict(False, text, "not_swapped_around_and", "the order changed in another way")
     return Verdict(True, text)
@@ -257,39 +382,74 @@ def swapped_around_and(old: list[str], new: list[str]) -> bool:
 
 
 def lexicon_check(lexicon) -> Callable[[list[str], list[str]], str | None]:
-    """is_negative for validate(): a one-word replacement that the replace hard-negative generator would
-    itself offer (a WordNet antonym or common co-hyponym of the word) changes the meaning."""
+    """is_negative for validate(), with WordNet: the replacement must keep the meaning the way a synonym does
+    (perturb's lexicon.near_synonyms: a shared synset, a hypernym or hyponym, a curated group of
+    perturb/data/near_synonyms.json, prepositions included), else "not_a_synonym"; and a replacement the
+    replace hard-negative generator would itself offer (a WordNet antonym or co-hyponym, a word of the same
+    contrast set or verb group) changes the meaning: "hard_negative_word"."""
+    from pipeline.perturb.rule_data import listed_near_synonyms, replacements, verb_contrasts
+
+    def negative_word(a: str, b: str) -> bool:
+        for pos in ("n", "v", "a"):
+            la, lb = lexicon.lemma(a, pos), lexicon.lemma(b, pos)
+            if la and lb and (lb in lexicon.replacements(la, pos) or lb in replacements().object_sets.get(la, ())
+                              or lb in verb_contrasts().get(la, ()) or lb in replacements().people.get(la, ())):
+                return True
+        return False
+
+    def synonym(a: str, b: str) -> bool:
+        if listed_near_synonyms(a, b) or lexicon.shares_synset(a.replace(" ", "_"), b.replace(" ", "_")):
+            return True
+        for pos in ("n", "v", "a", "r"):
+            if pos == "n":  # a plural's base form first ("men" is also WordNet's work force)
+                la, lb = (lexicon.noun_lemma(w.replace(" ", "_"), True) for w in (a, b))
+            else:
+                la, lb = lexicon.lemma(a.replace(" ", "_"), pos), lexicon.lemma(b.replace(" ", "_"), pos)
+            if la and lb and (la == lb or listed_near_synonyms(la, lb) or lexicon.near_synonyms(la, lb, pos)):
+                return True
+        return False
+
     def is_negative(old: list[str], new: list[str]) -> str | None:
         old = [w for w in old if w not in ARTICLES]
         new = [w for w in new if w not in ARTICLES]
-        if len(old) != 1 or len(new) != 1:
+        if not old or not new:
             return None
-        for pos in ("n", "v", "a"):
-            lemma_old, lemma_new = lexicon.lemma(old[0], pos), lexicon.lemma(new[0], pos)
-            if lemma_old and lemma_new and lemma_new in lexicon.replacements(lemma_old, pos):
-                return "hard_negative_word"
-        return None
+        a, b = " ".join(old), " ".join(new)
+        # a re-inflection is not a synonym ("opened" -> "open", "sitting" -> "sits", "are" -> "is"): one lemma
+        if len(old) == len(new) == 1 and any(lexicon.lemma(a, pos) and lexicon.lemma(a, pos) == lexicon.lemma(b, pos)
+                                             for pos in ("n", "v", "a", "r")):
+            return "same_word"
+        if synonym(a, b):
+            return None
+        if len(old) == 1 and len(new) == 1 and negative_word(a, b):
+            return "hard_negative_word"
+        return "not_a_synonym"
 
     return is_negative
 
 
 class Validator:
-    """validate() for (prompt element, attempt) pairs; with wordnet=True adds the lexicon check."""
+    """validate() or validate_negative() for (prompt element, attempt) pairs, by the element's kind; with
+    wordnet=True the lexicon checks are added."""
 
     def __init__(self, wordnet: bool = True):
         self.wordnet = wordnet
-        self.is_negative = None
+        self.is_negative = self.lexicon = None
         if wordnet:
             from pipeline.perturb.lexicon import Lexicon
             from pipeline.perturb.wordnet import load_wordnet
 
-            self.is_negative = lexicon_check(Lexicon(load_wordnet()))
+            self.lexicon = Lexicon(load_wordnet())
+            self.is_negative = lexicon_check(self.lexicon)
 
     def __call__(self, element: dict, attempt: dict) -> Verdict:
         if attempt["finish_reason"] == "error":
             return Verdict(False, "", "request_failed", attempt.get("error", ""))
-        return validate(element["positive_type"], element["caption"], attempt["text"], attempt["finish_reason"],
-                        self.is_negative)
+        kind = element["kind"]
+        if kind.startswith("llm_"):
+            return validate_negative(kind, element["caption"], attempt["text"], attempt["finish_reason"],
+                                     self.lexicon)
+        return validate(kind, element["caption"], attempt["text"], attempt["finish_reason"], self.is_negative)
 
 
 @cache

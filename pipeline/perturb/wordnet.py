@@ -5,6 +5,8 @@ copied into a cache folder next to a generated `lexnames` (NLTK refuses symlinke
 """
 from __future__ import annotations
 
+import functools
+
 import gzip
 import os
 import re
@@ -96,10 +98,18 @@ def wordnet_available() -> bool:
         all((DEBIAN_DIR / name).is_file() for name in NEEDED)
 
 
+@functools.lru_cache(maxsize=1)
 def load_wordnet():
-    """An NLTK WordNetCorpusReader: NLTK's installed data first, else the Debian layout in cache_root()."""
+    """An NLTK WordNetCorpusReader: NLTK's installed data first, else the Debian layout in cache_root(). One per
+    process: reading the index takes seconds, and every stage's DoFns and validators use the same read-only data."""
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    class EnglishWordNet(WordNetCorpusReader):
+        def map_wn(self, version="wordnet"):
+            # NLTK maps every synset to WordNet 3.0 for the multilingual (OMW) data at start-up, about half of the
+            # load time; with no OMW reader that map is never read.
+            return None if self._omw_reader is None else super().map_wn(version)
 
     try:
         path = nltk.data.find("corpora/wordnet")
@@ -115,4 +125,4 @@ def load_wordnet():
             path = nltk.data.find("corpora/wordnet")
     with warnings.catch_warnings():  # "multilingual functions are not available": we use English only
         warnings.simplefilter("ignore", UserWarning)
-        return WordNetCorpusReader(path, None)
+        return EnglishWordNet(path, None)

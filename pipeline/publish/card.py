@@ -94,6 +94,7 @@ SOURCES = {
     "order_eval": ("coco", "aro"),
     "train_negatives": ("coco", "crepe", "sugarcrepe", "wordnet"),
     "hard_positives": ("coco", "llm"),
+    "llm_negatives": ("coco", "sugarcrepe", "llm"),
     "train": ("coco", "crepe", "sugarcrepe", "wordnet", "llm"),
 }
 LICENSES = {
@@ -220,16 +221,18 @@ def _provenance(tables: list[Table]) -> list[str]:
 
 
 def _prompts(tables: list[Table]) -> list[str]:
-    from pipeline.llm.prompts import POSITIVE_TYPES, load_prompt
+    from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES, load_prompt
 
     out = []
     for t in tables:
-        section = t.stage_report.get("tables", {}).get("hard_positives")
-        if t.config != "hard_positives" or not section:
+        section = t.stage_report.get("tables", {}).get(t.config)
+        if t.config not in ("hard_positives", "llm_negatives") or not section:
             continue
-        for positive_type, sha in sorted(section.get("prompt_sha256", {}).items()):
-            current = load_prompt(positive_type) if positive_type in POSITIVE_TYPES else None
-            out.append(f"<details><summary>prompt <code>{positive_type}</code> (sha256 {sha[:16]}…)</summary>\n")
+        prompt_set = section.get("prompt_set", "paper")
+        for kind, sha in sorted(section.get("prompt_sha256", {}).items()):
+            known = kind in POSITIVE_TYPES or kind in LLM_NEGATIVE_TYPES
+            current = load_prompt(kind, prompt_set) if known else None
+            out.append(f"<details><summary>prompt <code>{kind}</code> (sha256 {sha[:16]}…)</summary>\n")
             if current and current.sha256 == sha:
                 out += ["```text", current.template.rstrip("\n"), "```"]
             else:

@@ -1,7 +1,9 @@
 """Stage train_negatives: rule-based hard negatives for COCO captions, one table of (caption, negative) rows.
 
 A first pass counts the input captions' vocabulary and trigrams (a side input); each generator then proposes
-every legal candidate per caption and --negative_ranker emits the most plausible (perturb/rank.py)."""
+every legal candidate per caption and --negative_ranker emits the most plausible (perturb/rank.py). LLM
+negative types in --negative_types (llm_replace_obj, ...) are written beside it, as llm_negatives/
+(stages/llm_negatives.py), in the same pipeline."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -13,6 +15,8 @@ from pipeline.options import HardposOptions, UsageError, type_list
 from pipeline.perturb.generators import NEGATIVE_TYPES, RANKED, version
 from pipeline.perturb.outcomes import Discard
 from pipeline.perturb.rank import NgramScorer
+from pipeline.llm.prompts import LLM_NEGATIVE_TYPES
+from pipeline.stages import llm_negatives
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
 
 STAGE = TABLE = "train_negatives"
@@ -21,7 +25,13 @@ GROUP_FIELDS = ["negative_type", "atom", "first_of_caption"]
 
 
 def negative_types(opts: HardposOptions) -> list[str]:
-    return type_list("--negative_types", opts.negative_types, NEGATIVE_TYPES, allow_all=True)
+    """Every type of --negative_types, rule-based and LLM, in its order ("all": every rule-based one)."""
+    return type_list("--negative_types", opts.negative_types, NEGATIVE_TYPES + LLM_NEGATIVE_TYPES, allow_all=True,
+                     all_means=NEGATIVE_TYPES)
+
+
+def rule_types(opts: HardposOptions) -> list[str]:
+    return [t for t in negative_types(opts) if t in NEGATIVE_TYPES]
 
 
 class MakeNegativeRows(CaptionRowsFn):
@@ -85,11 +95,16 @@ def _group(row: dict) -> tuple:
 
 
 def tables(opts: HardposOptions) -> list[str]:
-    return [TABLE]
+    types = negative_types(opts)
+    return ([TABLE] if rule_types(opts) else []) + ([llm_negatives.TABLE] if llm_negatives.llm_types(types) else [])
 
 
 def check_inputs(opts: HardposOptions) -> None:
-    check_coco(opts, negative_types(opts))
+    if llm_negatives.llm_types(negative_types(opts)):
+        llm_negatives.check_inputs(opts, STAGE)
+    if not rule_types(opts):
+        return
+    check_coco(opts, rule_types(opts))
     if opts.negative_ranker == "lm":
         from pipeline.llm.models import ModelMissing, resolve
 
@@ -106,8 +121,21 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
-    """The stage's graph; returns {"rows": negative rows, "counts": report counts} (train_set joins the rows)."""
-    types = negative_types(opts)
+    """The stage's graph; returns {"rows": negative rows, "counts": report counts} (train_set joins the rows):
+    the rule-based table and, for LLM types, llm_negatives."""
+    parts = []
+    if rule_types(opts):
+        parts.append(_rule_rows(pipeline, opts))
+    if llm_negatives.llm_types(negative_types(opts)):
+        parts.append(llm_negatives.build_rows(pipeline, opts, STAGE, negative_types(opts)))
+    if len(parts) == 1:
+        return parts[0]
+    return {"rows": [p["rows"] for p in parts] | "AllNegativeRows" >> beam.Flatten(),
+            "counts": [p["counts"] for p in parts] | "AllNegativeCounts" >> beam.Flatten()}
+
+
+def _rule_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
+    types = rule_types(opts)
     fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size,
                           opts.negative_ranker, opts.ranker_model, opts.ranker_device, opts.ranker_batch_size)
     outputs = make_rows(pipeline, opts, STAGE, TABLE, fn, with_corpus=True)
@@ -124,9 +152,19 @@ def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
+    found = {}
+    if rule_types(opts):
+        found[TABLE] = _rule_report(counts, opts)
+    types = negative_types(opts)
+    if llm_negatives.llm_types(types):
+        found[llm_negatives.TABLE] = llm_negatives.report_section_of(counts, opts, STAGE, types)
+    return found
+
+
+def _rule_report(counts: dict, opts: HardposOptions) -> dict:
     section = table_report(TABLE, counts, GROUP_FIELDS)
     captions = section["read"] - section["rejected"]
-    by_type = {t: {"captions_with_negative": 0, "rows": 0} for t in negative_types(opts)}
+    by_type = {t: {"captions_with_negative": 0, "rows": 0} for t in rule_types(opts)}
     atoms = {}
     for negative_type, atom, first, n in section["groups"]["rows"]:
         by_type[negative_type]["rows"] += n
@@ -145,4 +183,4 @@ def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section.update({"negative_types": by_type, "replace_atoms": atoms, "samples_file": SAMPLES_FILE,
                     "negatives_per_caption": opts.negatives_per_caption, "seed": opts.seed, "ranker": ranker,
                     "corpus": corpus})
-    return {TABLE: section}
+    return section

@@ -17,7 +17,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Discard
 from pipeline.sources import coco
 from pipeline.sources.files import InputBounds
-from pipeline.stages import hard_positives, train_negatives
+from pipeline.stages import hard_positives, llm_negatives, train_negatives
 
 STAGE = "train_set"
 TABLE = "train"
@@ -31,8 +31,8 @@ def _choose(rows: list[dict], type_field: str, order: list[str]) -> dict | None:
 
 
 class _Join(beam.DoFn):
-    def __init__(self, positive_order: list[str], negative_order: list[str]):
-        self.positive_order, self.negative_order = positive_order, negative_order
+    def __init__(self, positive_order: list[str], negative_order: list[str], seed: int):
+        self.positive_order, self.negative_order, self.seed = positive_order, negative_order, seed
 
     def process(self, item):
         _, grouped = item
@@ -56,8 +56,9 @@ class _Join(beam.DoFn):
                 "negative_type": negative["negative_type"],
                 "positive_model": positive["model"],
                 "positive_prompt_sha256": positive["prompt_sha256"],
-                "negative_generator": negative["generator"],
-                "seed": negative["seed"],
+                # An LLM negative (llm_negatives) names its model where a rule-based one names its generator.
+                "negative_generator": negative.get("generator") or f"{negative['negative_type']}/{negative['model']}",
+                "seed": negative.get("seed", self.seed),
             }
 
 
@@ -75,19 +76,33 @@ def check_inputs(opts: HardposOptions) -> None:
     coco.check_file(opts.coco_captions)
     hard_positives.positive_types(opts)
     train_negatives.negative_types(opts)
-    for flag, folder, table in (("--hard_positives_dir", opts.hard_positives_dir, "hard_positives"),
-                                ("--train_negatives_dir", opts.train_negatives_dir, "train_negatives")):
+    for flag, folder, table in _inputs(opts):
         pattern = _table_pattern(folder or opts.output_dir, table)
         if not FileSystems.match([pattern])[0].metadata_list:
-            raise UsageError(f"no {table} table at {pattern}: run --stage={table} first or set {flag}")
+            stage = "train_negatives" if table == llm_negatives.TABLE else table
+            raise UsageError(f"no {table} table at {pattern}: run --stage={stage} first or set {flag}")
+
+
+def _inputs(opts: HardposOptions) -> list[tuple[str, str | None, str]]:
+    """(flag, folder, table) of each table the join reads: llm_negatives too when --negative_types asks for
+    an LLM type, the rule-based table when it asks for a rule-based one."""
+    found = [("--hard_positives_dir", opts.hard_positives_dir, "hard_positives")]
+    if train_negatives.rule_types(opts):
+        found.append(("--train_negatives_dir", opts.train_negatives_dir, "train_negatives"))
+    if llm_negatives.llm_types(train_negatives.negative_types(opts)):
+        found.append(("--train_negatives_dir", opts.train_negatives_dir, llm_negatives.TABLE))
+    return found
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    positives = pipeline | "ReadPositives" >> beam.io.ReadFromParquet(
-        _table_pattern(opts.hard_positives_dir or opts.output_dir, "hard_positives"))
-    negatives = pipeline | "ReadNegatives" >> beam.io.ReadFromParquet(
-        _table_pattern(opts.train_negatives_dir or opts.output_dir, "train_negatives"))
-    return join(pipeline, opts, positives, negatives)
+    read = {table: pipeline | f"Read{table}" >> beam.io.ReadFromParquet(
+        _table_pattern(folder or opts.output_dir, table)) for _, folder, table in _inputs(opts)}
+    negatives = [pcoll for table, pcoll in read.items() if table != "hard_positives"]
+    if len(negatives) > 1:
+        negatives = negatives | "AllNegatives" >> beam.Flatten()
+    else:
+        negatives = negatives[0]
+    return join(pipeline, opts, read["hard_positives"], negatives)
 
 
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
@@ -98,7 +113,7 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
                "negative": by_id("KeyNegatives", negatives)}
               | "JoinTrain" >> beam.CoGroupByKey())
     built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
-                                                         train_negatives.negative_types(opts))).with_outputs(
+                                                         train_negatives.negative_types(opts), opts.seed)).with_outputs(
         DISCARDED, main="rows")
     return {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,

@@ -1,0 +1,329 @@
+"""What the LLM stages share: captions -> prompts -> joined with the cache by key: hits answered from it, misses
+sent through RunInference -> validated -> rows (accepted) or rejected dead letters (raw text and reason).
+
+hard_positives (positive types, validate()) and llm_negatives (SugarCrepe's five kinds, validate_negative())
+are the same graph with another table, kinds and row columns (`RewriteSpec`). The unit of account is the
+prompt: read = prompts (+ malformed caption records) = rows + rejected.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.io import fileio
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
+from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.report import table_report
+from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
+from pipeline.llm.cache import lines as cache_lines
+from pipeline.llm.engines import ENGINES, EngineConfig, ReplayError, Sampling, read_replay
+from pipeline.llm.prompts import CHAT_FORMATS, PROMPT_SETS, load_prompt, wants
+from pipeline.llm.validate import shared_validator
+from pipeline.options import HardposOptions, UsageError
+from pipeline.perturb.outcomes import Reject
+from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
+
+RECORD_FIELDS = ("example_id", "caption_id", "image_id", "file_name", "image_url", "source_file", "caption",
+                 "source", "source_index")
+
+
+@dataclass(frozen=True)
+class RewriteSpec:
+    stage: str
+    table: str            # also the schema name
+    kind_column: str      # positive_type or negative_type
+    text_column: str      # hard_positive or hard_negative
+    kinds: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return "".join(part.title() for part in self.table.split("_"))
+
+
+def model_name(opts: HardposOptions) -> str:
+    """What rows record as the model: the embedded one's name when --model is not given."""
+    from pipeline.llm.models import resolve
+
+    return resolve(opts.model).name if opts.llm_engine == "transformers" else opts.model
+
+
+def engine_config(opts: HardposOptions) -> EngineConfig:
+    return EngineConfig(engine=opts.llm_engine, model=opts.model, base_url=opts.llm_base_url or "",
+                        concurrency=opts.llm_concurrency, timeout_s=opts.llm_timeout,
+                        device=opts.llm_device, batch_size=opts.llm_batch_size,
+                        tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
+                        gpu_memory_utilization=opts.gpu_memory_utilization,
+                        replay_path=opts.llm_replay or "", chat_format=opts.chat_format, prompt_set=opts.prompt_set)
+
+
+def base_sampling(opts: HardposOptions) -> Sampling:
+    return Sampling(0, opts.temperature, opts.top_p)
+
+
+def make_prompts(record: dict, kinds: tuple[str, ...], model: str, chat_format: str, prompt_set: str,
+                 base: Sampling):
+    """One prompt element per kind this caption gets."""
+    for kind in kinds:
+        if not wants(kind, record["caption"]):
+            continue
+        prompt = load_prompt(kind, prompt_set)
+        sampling = {**base.key(), "max_new_tokens": prompt.max_new_tokens}
+        yield {
+            "key": cache_key(model, prompt.sha256, chat_format, sampling, record["caption"]),
+            "prompt": prompt.text(record["caption"]),
+            "prompt_sha256": prompt.sha256,
+            "prompt_set": prompt.prompt_set,
+            "kind": kind,
+            "max_new_tokens": prompt.max_new_tokens,
+            **{k: record[k] for k in RECORD_FIELDS},
+        }
+
+
+class _SplitHits(beam.DoFn):
+    """(key, {prompt: [elements], cache: [entries]}) -> hit (entry, elements) or MISS (one element to ask,
+    carrying the others and any earlier attempts). Captions sharing a text share one generation."""
+
+    MISS = "miss"
+
+    def __init__(self, retries: int):
+        self.retries = retries
+
+    def process(self, item):
+        _, grouped = item
+        elements = sorted(grouped["prompt"], key=lambda e: e["example_id"])
+        entry = best_entry(list(grouped["cache"]))
+        if not elements:
+            pass  # a cached result for a caption not in this run
+        elif entry is not None and (entry.get("accepted") is not None or len(entry["attempts"]) > self.retries):
+            yield {"entry": entry, "elements": elements, "from_cache": True}
+        else:
+            ask = dict(elements[0])
+            ask["attempts"] = entry["attempts"] if entry else []
+            ask["sharers"] = elements
+            yield beam.pvalue.TaggedOutput(self.MISS, ask)
+
+
+class _Decide(beam.DoFn):
+    """(entry, elements) -> a row per element whose attempts hold an accepted rewrite, else a rejected letter."""
+
+    def __init__(self, spec: RewriteSpec, model: str, engine: str, chat_format: str, wordnet: bool):
+        self.spec, self.model, self.engine, self.chat_format, self.wordnet = spec, model, engine, chat_format, wordnet
+
+    def setup(self):
+        self.validator = shared_validator(self.wordnet)
+
+    def process(self, result):
+        spec = self.spec
+        entry, elements = result["entry"], result["elements"]
+        if result["from_cache"]:
+            yield beam.pvalue.TaggedOutput("llm", ("cache_hits", len(elements)))
+        else:
+            yield beam.pvalue.TaggedOutput("llm", ("generation_calls", entry.get("sent_now", 0)))
+            yield beam.pvalue.TaggedOutput("llm", ("shared_prompts", len(elements) - 1))
+        verdicts = [self.validator(elements[0], a) for a in entry["attempts"]]
+        accepted = next((i for i, v in enumerate(verdicts) if v.ok), None)
+        for element in elements:
+            if accepted is None:
+                last = verdicts[-1] if verdicts else None
+                reason = last.reason if last else "no_generation"
+                raws = [a["text"] for a in entry["attempts"]]
+                detail = f"{last.detail if last else ''} | raw: {json.dumps(raws, ensure_ascii=False)}"
+                letter_record = {k: element[k] for k in RECORD_FIELDS if k in element}
+                letter_record.update({spec.kind_column: element["kind"], "raw": raws,
+                                      "cleaned": [v.text for v in verdicts], "reasons": [v.reason for v in verdicts]})
+                yield beam.pvalue.TaggedOutput(REJECTED, dead_letter(
+                    spec.stage, spec.table, element["source"], element["source_file"], element["source_index"],
+                    Reject(reason, detail[:2000]), letter_record))
+                continue
+            attempt = entry["attempts"][accepted]
+            sampling = attempt.get("sampling", {})
+            yield {
+                **{k: element[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
+                                           "source_file", "caption")},
+                spec.kind_column: element["kind"],
+                spec.text_column: verdicts[accepted].text,
+                "changed_span": verdicts[accepted].detail or None,
+                "model": self.model,
+                "llm_engine": self.engine,
+                "prompt_set": element["prompt_set"],
+                "prompt_sha256": element["prompt_sha256"],
+                "chat_format": self.chat_format,
+                "max_new_tokens": int(sampling.get("max_new_tokens", element["max_new_tokens"])),
+                "temperature": float(sampling.get("temperature", 0.0)),
+                "top_p": float(sampling.get("top_p", 1.0)),
+                "sampling_seed": sampling.get("seed"),
+                "attempt": accepted,
+                "output_tokens": int(attempt.get("output_tokens", 0)),
+            }
+
+
+def _read_cache(pipeline: beam.Pipeline, cache_dir: str, table: str, label: str):
+    return (
+        pipeline
+        | f"MatchCache{label}" >> fileio.MatchFiles(cache_pattern(cache_dir, table),
+                                                    empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        | f"ReadCacheFiles{label}" >> fileio.ReadMatches()
+        | f"CacheLines{label}" >> beam.FlatMap(lambda f: cache_lines(f.read()))
+        | f"ParseCache{label}" >> beam.Map(parse_line)
+        | f"DropDamaged{label}" >> beam.Filter(lambda kv: kv is not None)
+    )
+
+
+def check_llm_options(opts: HardposOptions, stage: str) -> None:
+    """The engine, model, cache, replay file, chat format and prompt set flags, before any work."""
+    if not opts.coco_captions:
+        raise UsageError(f"--stage={stage} needs --coco_captions=FILE (a COCO captions JSON)")
+    if opts.llm_engine not in ENGINES:
+        raise UsageError(f"--llm_engine: one of {', '.join(ENGINES)}")
+    if opts.llm_engine == "transformers" and not opts.model:
+        from pipeline.llm.models import ModelMissing, embedded_path
+
+        try:
+            embedded_path()
+        except ModelMissing as e:
+            raise UsageError(f"--model not given and no embedded model: {e}") from None
+    elif not opts.model:
+        raise UsageError(f"--model is required with --llm_engine={opts.llm_engine} (a model path or id)")
+    if not opts.cache_dir:
+        raise UsageError("--cache_dir is required (LLM results are kept there so a re-run asks nothing twice)")
+    if opts.llm_engine == "openai" and not opts.llm_base_url:
+        raise UsageError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
+    if opts.llm_engine == "replay":
+        if not opts.llm_replay:
+            raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
+        try:
+            read_replay(opts.llm_replay)
+        except OSError as e:
+            raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
+        except ReplayError as e:
+            raise UsageError(f"--llm_replay: {e}") from None
+    if opts.chat_format not in CHAT_FORMATS:
+        raise UsageError(f"--chat_format: one of {', '.join(CHAT_FORMATS)}")
+    if opts.llm_engine == "transformers" and opts.chat_format == "auto" and not _has_chat_template(opts.model):
+        raise UsageError(f"--chat_format=auto: {opts.model} has no chat template; use --chat_format=none or llama2")
+    if opts.prompt_set not in PROMPT_SETS:
+        raise UsageError(f"--prompt_set: one of {', '.join(PROMPT_SETS)}")
+    if opts.positive_checks == "wordnet":
+        from pipeline.perturb.wordnet import wordnet_available
+
+        if not wordnet_available():
+            raise UsageError("--positive_checks=wordnet needs WordNet (see README), or use --positive_checks=rules")
+    coco.check_file(opts.coco_captions)
+
+
+def _has_chat_template(model: str | None) -> bool:
+    """Whether the model's tokenizer has a chat template (read before the run: a worker would fail late)."""
+    if not model:
+        return True  # the embedded SmolLM2-135M-Instruct has one
+    import os
+
+    if not os.path.isdir(model):
+        return True  # a Hub id or a GGUF file: found out when the model loads
+    import json
+
+    config = os.path.join(model, "tokenizer_config.json")
+    if os.path.isfile(os.path.join(model, "chat_template.jinja")):
+        return True
+    try:
+        with open(config, encoding="utf-8") as f:
+            return bool(json.load(f).get("chat_template"))
+    except (OSError, ValueError):
+        return False
+
+
+def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec) -> dict:
+    """The graph of one LLM table; returns {"rows": accepted rows, "counts": report counts}. Step labels carry
+    the table, so several of these run in one pipeline."""
+    label = spec.label
+    base = base_sampling(opts)
+    model = model_name(opts)
+    read = pipeline | f"ReadCaptionsFor{label}" >> coco.ReadCocoCaptions(opts.coco_captions, spec.stage, spec.table,
+                                                                         InputBounds.of(opts))
+    prompts = read["records"] | f"MakePrompts{label}" >> beam.FlatMap(
+        make_prompts, spec.kinds, model, opts.chat_format, opts.prompt_set, base)
+    joined = ({"prompt": prompts | f"KeyPrompts{label}" >> beam.Map(lambda e: (e["key"], e)),
+               "cache": _read_cache(pipeline, opts.cache_dir, spec.table, label)}
+              | f"JoinCache{label}" >> beam.CoGroupByKey())
+    split = joined | f"SplitHits{label}" >> beam.ParDo(_SplitHits(opts.llm_retries)).with_outputs(
+        _SplitHits.MISS, main="hit")
+    wordnet = opts.positive_checks == "wordnet"
+    # Beam's inference module imports torch when it is installed (seconds): only when this graph is built.
+    from apache_beam.ml.inference.base import RunInference
+
+    from pipeline.llm.handler import HardPositiveHandler
+
+    handler = HardPositiveHandler(engine_config(opts), opts.cache_dir, base, opts.llm_retries,
+                                  opts.retry_temperature, functools.partial(shared_validator, wordnet),
+                                  opts.llm_batch_size, spec.table)
+    generated = (
+        split[_SplitHits.MISS]
+        | f"Generate{label}" >> RunInference(handler)
+        | f"Unpack{label}" >> beam.Map(lambda r: {"entry": r.inference, "elements": r.example["sharers"],
+                                                  "from_cache": False})
+    )
+    decided = ((split.hit, generated) | f"AllAnswers{label}" >> beam.Flatten()
+               | f"Validate{label}" >> beam.ParDo(_Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet))
+               .with_outputs(REJECTED, "llm", main="rows"))
+    # read = prompts per file + malformed caption records (each of those is one rejected letter)
+    read_counts = (
+        (prompts | f"PromptFiles{label}" >> beam.Map(lambda e: e["source_file"]),
+         read[REJECTED] | f"RejectedFiles{label}" >> beam.Map(lambda d: d["source_file"]))
+        | f"ReadUnits{label}" >> beam.Flatten()
+        | f"CountReadUnits{label}" >> beam.combiners.Count.PerElement()
+    )
+    rejected = (read[REJECTED], decided[REJECTED]) | f"AllRejected{label}" >> beam.Flatten()
+    discarded = pipeline | f"NoDiscards{label}" >> beam.Create([])
+    kind_column, table = spec.kind_column, spec.table
+    written = {"rows": decided.rows, "read": read_counts, REJECTED: rejected, DISCARDED: discarded} | \
+        f"WriteTable{label}" >> WriteTableOutputs(spec.stage, table, table, opts.output_dir, opts.rows_per_shard,
+                                                  group=lambda r: (r[kind_column],))
+    extra = (
+        (decided["llm"] | f"LlmCounts{label}" >> beam.Map(lambda kv: (("llm", table, kv[0]), kv[1])),
+         read["read"] | f"CaptionCounts{label}" >> beam.Map(lambda fn: (("llm", table, "captions"), fn[1])),
+         prompts | f"PromptCounts{label}" >> beam.Map(lambda e: (("llm", table, "prompts", e["kind"]), 1)),
+         decided[REJECTED] | f"RejectByType{label}" >> beam.Map(
+             lambda d: (("llm", table, "rejected", json.loads(d["record"])[kind_column]), 1)))
+        | f"LlmAll{label}" >> beam.Flatten()
+    )
+    counts = (written, extra) | f"AllCounts{label}" >> beam.Flatten()
+    return {"rows": decided.rows, "counts": counts}
+
+
+def report_section(counts: dict, opts: HardposOptions, spec: RewriteSpec) -> dict:
+    table = spec.table
+    section = table_report(table, counts, [spec.kind_column])
+    llm = {"captions": 0, "cache_hits": 0, "generation_calls": 0, "shared_prompts": 0}
+    by_type = {t: {"prompts": 0, "accepted": 0, "rejected": 0} for t in spec.kinds}
+    for key, n in counts.items():
+        if key[0] != "llm" or key[1] != table:
+            continue
+        if len(key) == 3:
+            llm[key[2]] = llm.get(key[2], 0) + n
+        elif key[2] in ("prompts", "rejected"):
+            by_type.setdefault(key[3], {"prompts": 0, "accepted": 0, "rejected": 0})[key[2]] += n
+    for kind, n in section["groups"]["rows"]:
+        by_type.setdefault(kind, {"prompts": 0, "accepted": 0, "rejected": 0})["accepted"] += n
+    prompts = sum(t["prompts"] for t in by_type.values())
+    rejected = sum(t["rejected"] for t in by_type.values())
+    section.update({
+        **llm,
+        "prompts": prompts,
+        "accepted": section["rows"],
+        "rejected_generations": rejected,
+        f"{spec.kind_column}s": by_type,
+        "prompts_balanced": prompts == section["rows"] + rejected,
+        "model": model_name(opts), "llm_engine": opts.llm_engine, "chat_format": opts.chat_format,
+        # the negatives' prompts are one set of their own, whatever --prompt_set says
+        "prompt_set": load_prompt(spec.kinds[0], opts.prompt_set).prompt_set if spec.kinds else opts.prompt_set,
+        "prompt_sha256": {t: load_prompt(t, opts.prompt_set).sha256 for t in spec.kinds},
+        "sampling": {"temperature": opts.temperature, "top_p": opts.top_p, "llm_retries": opts.llm_retries,
+                     "retry_temperature": opts.retry_temperature,
+                     "max_new_tokens": {t: load_prompt(t, opts.prompt_set).max_new_tokens for t in spec.kinds}},
+        "positive_checks": opts.positive_checks,
+    })
+    section["balanced"] = section["balanced"] and section["prompts_balanced"]
+    return section
