@@ -150,10 +150,25 @@ def test_train_set_takes_the_llm_negative_first_and_falls_back_to_the_rule_based
     ("llm_swap_att", "A white cat and a black dog.", "A black dog and a white cat.", "conjunct_swap"),
     ("llm_swap_obj", "A cat on top of a dog.", "A cat on top of a dog.", "identical"),
     ("llm_replace_obj", "A cat on a mat.", "A cat on a mat next to a big dog.", "words_added"),
+    # SmolLM2's answers on real captions
+    ("llm_replace_obj", "A man in a wetsuit that is riding on a surfboard.",
+     "A woman in a wetsuit that is riding on a surfboard.", ""),
+    ("llm_replace_obj", "An adult sheep is getting shorn by a male farmer.",
+     "A woman is getting shorn by a male farmer.", ""),
+    ("llm_replace_rel", "The cabinet has a various assortment of decorations on it.",
+     "The cabinet has a variety of decorations on it.", "synonym"),
+    ("llm_replace_rel", "An old and run down bathroom with dark red accent colors.",
+     "An old and run down bathroom with dark red accents.", "same_word"),
+    ("llm_replace_rel", "The little baby is reaching up with his hand.", "The little baby reaches up with his hand.",
+     "same_word"),
+    ("llm_replace_rel", "The young is enjoying his cake so much its all over him.",
+     "The young is enjoying his cake so much that it's all over him.", "no_content_word"),
+    ("llm_replace_att", "A big red ball on the grass.", "A small red ball on the grass.", ""),
 ])
 def test_negative_verdicts(negative_type, caption, raw, reason):
     verdict = Validator(wordnet=True)({"kind": negative_type, "caption": caption},
                                       {"text": raw, "finish_reason": "stop"})
     assert (verdict.reason or "") == reason, verdict
     assert verdict.ok == (not reason)
-    assert validate_negative(negative_type, caption, raw, "stop").ok == (reason in ("", "synonym"))
+    # without WordNet only the lexicon-free rules reject
+    assert validate_negative(negative_type, caption, raw, "stop").ok == (reason in ("", "synonym", "same_word"))

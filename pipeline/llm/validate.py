@@ -236,19 +236,36 @@ def validate_negative(negative_type: str, caption: str, raw: str, finish_reason:
             return span
         old, new = ([w for w in ws if w not in ARTICLES] for ws in span)
         detail = f"{' '.join(old)!r} -> {' '.join(new)!r}"
-        if lexicon is not None and len(old) == 1 and len(new) == 1:
-            # every part of speech both words have: "holding" -> "grasping" are also two nouns, and not synonyms
-            # as nouns
-            for pos in ("n", "v", "a"):
-                a, b = lexicon.lemma(old[0], pos), lexicon.lemma(new[0], pos)
-                if a and b and (a == b or lexicon.near_synonyms(a, b, pos)):
-                    return Verdict(False, text, "synonym", detail)
-            if not _of_kind(negative_type, old[0], lexicon):
+        # Found in SmolLM2's negatives: "its" -> "that it's" fixes grammar and changes no content
+        old_content, new_content = ([w for w in ws if w not in FUNCTION_WORDS] for ws in (old, new))
+        if not old_content or not new_content:
+            return Verdict(False, text, "no_content_word", f"{detail}: no content word changed")
+        if lexicon is not None:
+            reason = _same_meaning(old_content, new_content, lexicon)
+            if reason:
+                return Verdict(False, text, reason, detail)
+            if len(old_content) == 1 and not _of_kind(negative_type, old_content[0], lexicon):
                 return Verdict(False, text, "wrong_kind", f"{detail}: not the {negative_type[12:]} the prompt asks for")
     errors = a_an_errors(caption, text)
     if errors:
         return Verdict(False, text, "a_an", ", ".join(errors))
     return Verdict(True, text, detail="" if negative_type.startswith("llm_swap") else detail)
+
+
+def _same_meaning(old: list[str], new: list[str], lexicon) -> str | None:
+    """same_word when a word comes back re-inflected ("is reaching" -> "reaches", "accent colors" -> "accents");
+    synonym when the heads (last words) are near-synonyms in any part of speech both have ("holding" ->
+    "grasping" are also two nouns, and not synonyms as nouns; "various assortment" -> "variety")."""
+    for a in old:
+        for b in new:
+            if a != b and any(lexicon.lemma(a, pos) and lexicon.lemma(a, pos) == lexicon.lemma(b, pos)
+                              for pos in ("n", "v", "a")):
+                return "same_word"
+    for pos in ("n", "v", "a"):
+        a, b = lexicon.lemma(old[-1], pos), lexicon.lemma(new[-1], pos)
+        if a and b and lexicon.near_synonyms(a, b, pos):
+            return "synonym"
+    return None
 
 
 def _of_kind(negative_type: str, word: str, lexicon) -> bool:
