@@ -252,14 +252,18 @@ def validate_negative(negative_type: str, caption: str, raw: str, finish_reason:
     return Verdict(True, text, detail="" if negative_type.startswith("llm_swap") else detail)
 
 
+def _one_lemma(a: str, b: str, lexicon, parts_of_speech=("n", "v", "a")) -> bool:
+    """a and b are forms of one word in some part of speech ("sitting"/"sits", "are"/"is")."""
+    return any(lexicon.lemma(a, pos) and lexicon.lemma(a, pos) == lexicon.lemma(b, pos) for pos in parts_of_speech)
+
+
 def _same_meaning(old: list[str], new: list[str], lexicon) -> str | None:
     """same_word when a word comes back re-inflected ("is reaching" -> "reaches", "accent colors" -> "accents");
     synonym when the heads (last words) are near-synonyms in any part of speech both have ("holding" ->
     "grasping" are also two nouns, and not synonyms as nouns; "various assortment" -> "variety")."""
     for a in old:
         for b in new:
-            if a != b and any(lexicon.lemma(a, pos) and lexicon.lemma(a, pos) == lexicon.lemma(b, pos)
-                              for pos in ("n", "v", "a")):
+            if a != b and _one_lemma(a, b, lexicon):
                 return "same_word"
     for pos in ("n", "v", "a"):
         a, b = lexicon.lemma(old[-1], pos), lexicon.lemma(new[-1], pos)
@@ -433,8 +437,7 @@ def lexicon_check(lexicon) -> Callable[[list[str], list[str]], str | None]:
             return None
         a, b = " ".join(old), " ".join(new)
         # a re-inflection is not a synonym ("opened" -> "open", "sitting" -> "sits", "are" -> "is"): one lemma
-        if len(old) == len(new) == 1 and any(lexicon.lemma(a, pos) and lexicon.lemma(a, pos) == lexicon.lemma(b, pos)
-                                             for pos in ("n", "v", "a", "r")):
+        if len(old) == len(new) == 1 and _one_lemma(a, b, lexicon, ("n", "v", "a", "r")):
             return "same_word"
         if synonym(a, b):
             return None
