@@ -14,9 +14,9 @@ upstream in apache_beam/runners/dask/ and this module goes when Beam has them
    reads is computed, all as one dask collection (dask.optimize or compute of several collections optimises
    each on its own and runs their shared upstream tasks once per collection).
 3. finish_bundle. Beam's apply_dofn_to_bundle collects the outputs before invoke_finish_bundle, so what a
-   DoFn emits there (the last batch of BatchElements) is lost, and it reuses one output list shipped with the
-   graph for every bundle. Here each bundle collects into its own list, after finish_bundle, with its own copy
-   of the DoFn (a DoFn instance is never shared between threads).
+   DoFn emits there (the last batch of BatchElements) is lost; its output list and DoFn instance are built
+   once with the graph, shared by every bundle that runs from the same deserialised copy. Here each bundle
+   collects into its own list, after finish_bundle, with its own copy of the DoFn.
 4. Side inputs. Beam's runner materialises a side input inside each consuming task with a nested compute of
    its whole upstream graph (re-running it per task). Here the side input is one node of the same graph,
    handed to the consuming tasks as a dependency.
