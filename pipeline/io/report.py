@@ -42,7 +42,9 @@ class SumCounts(beam.CombineFn):
         return total
 
     def extract_output(self, acc):
-        return dict(acc)
+        # Keys in a fixed order, not the order the counts arrived in (which differs between runners and runs):
+        # whatever iterates over them writes the same report.
+        return dict(sorted(acc.items(), key=lambda item: repr(item[0])))
 
 
 def table_report(table: str, counts: dict, groups: list[str], expected_groups: list[tuple] = ()) -> dict:

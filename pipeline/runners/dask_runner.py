@@ -20,7 +20,10 @@ upstream in apache_beam/runners/dask/ and this module goes when Beam has them
 4. Side inputs. Beam's runner materialises a side input inside each consuming task with a nested compute of
    its whole upstream graph (re-running it per task). Here the side input is one node of the same graph,
    handed to the consuming tasks as a dependency.
-5. wait_until_finish(duration) raises TimeoutError (and marks the run FAILED) when the run outlasts the
+5. Reshuffle. Beam's override makes it a no-op, so the records read from one file stay in one partition and
+   everything after the read runs as one task on one worker. Here it repartitions the bag over twice the
+   cluster's threads.
+6. wait_until_finish(duration) raises TimeoutError (and marks the run FAILED) when the run outlasts the
    duration; the PipelineResult contract is to return the current state. Here it returns RUNNING. And the
    client (with the LocalCluster it starts when no --dask_client_address is given) is closed once the run
    ends, instead of living on until the process exits.
@@ -34,6 +37,7 @@ from apache_beam import DoFn, pvalue
 from apache_beam.internal import pickler
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.dask import dask_runner as beam_dask
+from apache_beam.runners.dask import overrides as dask_overrides_module
 from apache_beam.runners.dask import transform_evaluator as te
 from apache_beam.runners.dask.overrides import dask_overrides
 from apache_beam.runners.runner import PipelineState
@@ -113,8 +117,9 @@ def _pardo_outputs(node, input_bag, side_bags) -> dict:
 class _Visitor(beam.pipeline.PipelineVisitor):
     """Beam's DaskBagVisitor, keyed by PCollection instead of producer transform."""
 
-    def __init__(self, bag_kwargs: dict):
+    def __init__(self, bag_kwargs: dict, spread: int):
         self.bag_kwargs = bag_kwargs
+        self.spread = spread
         self.bags: dict = {}  # PCollection -> dask Bag
         self.consumed: set = set()  # PCollections read by a transform (as main or side input)
 
@@ -123,6 +128,12 @@ class _Visitor(beam.pipeline.PipelineVisitor):
         inputs = [None if isinstance(p, pvalue.PBegin) else self.bags[p] for p in node.inputs]
         if node.transform.__class__ is beam.ParDo:
             self.bags.update(_pardo_outputs(node, inputs[0], [self.bags[si.pvalue] for si in node.side_inputs]))
+            return
+        if node.transform.__class__ is dask_overrides_module._Reshuffle:
+            # Beam's override makes Reshuffle a no-op: the records of one input file stay in the one partition
+            # that read it, and one worker does all the work after it.
+            spread = inputs[0].repartition(npartitions=max(inputs[0].npartitions, self.spread))
+            self.bags.update({pcoll: spread for pcoll in node.outputs.values()})
             return
         op = te.TRANSLATIONS.get(node.transform.__class__, te.NoOp)(node, bag_kwargs=self.bag_kwargs)
         bag = op.apply(input_bag=inputs if isinstance(op, te.Flatten) else (inputs[0] if inputs else None))
@@ -149,7 +160,7 @@ class _Result(beam_dask.DaskRunnerResult):
 
 
 class DaskRunner(beam_dask.DaskRunner):
-    """Beam's DaskRunner with fixes 1-5 above; same options."""
+    """Beam's DaskRunner with fixes 1-6 above; same options."""
 
     def run_pipeline(self, pipeline, options):
         import dask.bag as db
@@ -159,7 +170,8 @@ class DaskRunner(beam_dask.DaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
-        visitor = _Visitor(bag_kwargs)
+        # Reshuffle spreads over twice the cluster's threads (a few tasks per thread balance uneven ones).
+        visitor = _Visitor(bag_kwargs, spread=2 * max(1, sum(client.nthreads().values())))
         pipeline.visit(visitor)
         sinks = {id(b): b for p, b in visitor.bags.items() if p not in visitor.consumed and b is not None}
         everything = db.concat([b.map_partitions(_nothing) for b in sinks.values()])

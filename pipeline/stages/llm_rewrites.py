@@ -196,7 +196,8 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
         try:
-            read_replay(opts.llm_replay)
+            for _ in read_replay(opts.llm_replay):  # checks every line now, before any work
+                pass
         except OSError as e:
             raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
         except ReplayError as e:
@@ -241,8 +242,7 @@ def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteS
     label = spec.label
     base = base_sampling(opts)
     model = model_name(opts)
-    read = pipeline | f"ReadCaptionsFor{label}" >> coco.ReadCocoCaptions(opts.coco_captions, spec.stage, spec.table,
-                                                                         InputBounds.of(opts))
+    read = coco.read_captions(pipeline, opts.coco_captions, spec.stage, spec.table, InputBounds.of(opts))
     prompts = read["records"] | f"MakePrompts{label}" >> beam.FlatMap(
         make_prompts, spec.kinds, model, opts.chat_format, opts.prompt_set, base)
     joined = ({"prompt": prompts | f"KeyPrompts{label}" >> beam.Map(lambda e: (e["key"], e)),
