@@ -241,16 +241,22 @@ def unknown_flags(argv: list[str]) -> list[str]:
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 
 
+def runner_path(runner):
+    """The runner's full class path for a short name as Beam reads it (DaskRunner, dask, DirectRunner, ...);
+    anything else as given."""
+    if not isinstance(runner, str) or "." in runner:
+        return runner
+    known = {path.rsplit(".", 1)[1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    known["daskrunner"] = BEAM_DASK_RUNNER  # not in Beam's list of known runners
+    return known.get(runner.lower(), known.get(runner.lower() + "runner", runner))
+
+
 def _import_runner_module(argv: list[str]) -> None:
     """A runner given by its full name (e.g. apache_beam.runners.dask.dask_runner.DaskRunner) may define its
     options (DaskOptions: --dask_client_address, ...) in its own module, which Beam imports only when it
     creates the runner: import it now so those flags are known. A module that fails to import is left for
     Beam to report when it creates the runner."""
-    runner = PipelineOptions(argv).view_as(StandardOptions).runner
-    if isinstance(runner, str) and "." not in runner:  # a short name: DaskRunner, dask, ...
-        known = {path.rsplit(".", 1)[1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
-        known["daskrunner"] = BEAM_DASK_RUNNER  # not in Beam's list of known runners
-        runner = known.get(runner.lower(), known.get(runner.lower() + "runner", runner))
+    runner = runner_path(PipelineOptions(argv).view_as(StandardOptions).runner)
     if isinstance(runner, str) and "." in runner:
         try:
             importlib.import_module(runner.rsplit(".", 1)[0])

@@ -14,7 +14,14 @@ from apache_beam.runners.runner import PipelineState
 from pipeline.io.commit import COMMIT_FILE, FolderLock, commit, new_staging, recover, remove_tree
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
-from pipeline.options import BEAM_DASK_RUNNER, HardposOptions, UsageError, normalise_argv, unknown_flags
+from pipeline.options import (
+    BEAM_DASK_RUNNER,
+    HardposOptions,
+    UsageError,
+    normalise_argv,
+    runner_path,
+    unknown_flags,
+)
 from pipeline.sources.files import InputFileError
 from pipeline.stages import (
     all_stages,
@@ -71,13 +78,12 @@ def _absolute_local_paths(opts: HardposOptions) -> None:
 
 # Beam's own DaskRunner mixes the outputs of a multi-output ParDo, among other bugs (benchmarks/dask_repro.py):
 # asked for by name, it is replaced by its fixed subclass.
-_BEAM_DASK = ("dask", "daskrunner", BEAM_DASK_RUNNER.lower())
 FIXED_DASK = "pipeline.runners.dask_runner.DaskRunner"
 
 
 def _fixed_runner(options: PipelineOptions) -> None:
     standard = options.view_as(StandardOptions)
-    if isinstance(standard.runner, str) and standard.runner.lower() in _BEAM_DASK:
+    if runner_path(standard.runner) == BEAM_DASK_RUNNER:
         print(f"note: --runner={standard.runner} runs as {FIXED_DASK} (Beam's runner with its bugs fixed; "
               "see pipeline/runners/dask_runner.py)", file=sys.stderr)
         standard.runner = FIXED_DASK

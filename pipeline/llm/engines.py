@@ -275,9 +275,9 @@ def read_replay(path: str):
                 raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
             if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
                 raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
-            key = _prompt_key(record["type"] + "\0" + record["caption"])
-            earlier, text = first_seen.setdefault(key, (number, _prompt_key(record["text"])))
-            if text != _prompt_key(record["text"]):
+            key = _digest(record["type"] + "\0" + record["caption"])
+            earlier, text = first_seen.setdefault(key, (number, _digest(record["text"])))
+            if text != _digest(record["text"]):
                 raise ReplayError(f"{path}:{number}: a second, different answer for the {record['type']} prompt "
                                   f"of this caption (the first is on line {earlier})")
             found = True
@@ -297,13 +297,13 @@ class ReplayEngine:
         self.answers = {}
         for record in read_replay(config.replay_path):
             prompt = load_prompt(record["type"], config.prompt_set).text(record["caption"])
-            self.answers[_prompt_key(prompt)] = record["text"]
+            self.answers[_digest(prompt)] = record["text"]
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
-        found = [self.answers.get(_prompt_key(p)) for p in prompts]
+        found = [self.answers.get(_digest(p)) for p in prompts]
         return [Generation(a, "stop", len(a.split())) if a is not None
                 else Generation("", "error", 0, "no recorded answer for this prompt") for a in found]
 
 
-def _prompt_key(prompt: str) -> bytes:
-    return hashlib.blake2b(prompt.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
