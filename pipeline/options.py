@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
-from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 
 STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all", "images", "publish")
 # Input bounds: a record past one is a dead letter with the reason, never a crash or a hang. The defaults are far
@@ -226,6 +227,7 @@ def is_dry_run(options: PipelineOptions) -> bool:
 
 def unknown_flags(argv: list[str]) -> list[str]:
     """Flags no PipelineOptions class knows: Beam would drop them with a warning; we refuse them."""
+    _import_runner_module(argv)
     parser = _BeamArgumentParser(allow_abbrev=False)
     seen = {}
     for cls in PipelineOptions.__subclasses__():
@@ -234,3 +236,29 @@ def unknown_flags(argv: list[str]) -> list[str]:
         cls._add_argparse_args(parser)
     _, unknown = parser.parse_known_args(argv)
     return [a for a in unknown if a.startswith("-")]
+
+
+BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def runner_path(runner):
+    """The runner's full class path for a short name as Beam reads it (DaskRunner, dask, DirectRunner, ...);
+    anything else as given."""
+    if not isinstance(runner, str) or "." in runner:
+        return runner
+    known = {path.rsplit(".", 1)[1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    known["daskrunner"] = BEAM_DASK_RUNNER  # not in Beam's list of known runners
+    return known.get(runner.lower(), known.get(runner.lower() + "runner", runner))
+
+
+def _import_runner_module(argv: list[str]) -> None:
+    """A runner given by its full name (e.g. apache_beam.runners.dask.dask_runner.DaskRunner) may define its
+    options (DaskOptions: --dask_client_address, ...) in its own module, which Beam imports only when it
+    creates the runner: import it now so those flags are known. A module that fails to import is left for
+    Beam to report when it creates the runner."""
+    runner = runner_path(PipelineOptions(argv).view_as(StandardOptions).runner)
+    if isinstance(runner, str) and "." in runner:
+        try:
+            importlib.import_module(runner.rsplit(".", 1)[0])
+        except ImportError:
+            pass

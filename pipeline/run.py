@@ -2,18 +2,26 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineState
 
 from pipeline.io.commit import COMMIT_FILE, FolderLock, commit, new_staging, recover, remove_tree
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
-from pipeline.options import HardposOptions, UsageError, normalise_argv, unknown_flags
+from pipeline.options import (
+    BEAM_DASK_RUNNER,
+    HardposOptions,
+    UsageError,
+    normalise_argv,
+    runner_path,
+    unknown_flags,
+)
 from pipeline.sources.files import InputFileError
 from pipeline.stages import (
     all_stages,
@@ -41,12 +49,44 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         raise UsageError(f"unknown flag {unknown[0]} (see --help)")
     options = PipelineOptions(argv)
     opts = options.view_as(HardposOptions)
+    _absolute_local_paths(opts)
+    _fixed_runner(options)
     if not opts.stage:
         raise UsageError(f"--stage is required: one of {', '.join(STAGES)}")
     if not opts.output_dir:
         raise UsageError("--output_dir is required")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
+
+
+# Flags that name a file or folder (models too, but only when a local path by that name exists: otherwise a Hub id).
+_PATH_FLAGS = ("output_dir", "vl_checklist_root", "aro_vga", "replace_table", "coco_captions", "llm_replay",
+               "cache_dir", "hard_positives_dir", "train_negatives_dir", "image_root", "images_dir", "publish_dir")
+_MAYBE_PATH_FLAGS = ("model", "ranker_model")
+
+
+def _absolute_local_paths(opts: HardposOptions) -> None:
+    """Relative local paths made absolute against the launcher's folder: a worker of a distributed runner (Dask,
+    Flink) runs in its own folder, where `samples/...` names nothing. URLs (gs://, http://) stay as given."""
+    for flag in _PATH_FLAGS + _MAYBE_PATH_FLAGS:
+        value = getattr(opts, flag, None)
+        if not value or "://" in value or os.path.isabs(value):
+            continue
+        if flag in _PATH_FLAGS or os.path.exists(value):
+            setattr(opts, flag, os.path.abspath(value))
+
+
+# Beam's own DaskRunner mixes the outputs of a multi-output ParDo, among other bugs (benchmarks/dask_repro.py):
+# asked for by name, it is replaced by its fixed subclass.
+FIXED_DASK = "pipeline.runners.dask_runner.DaskRunner"
+
+
+def _fixed_runner(options: PipelineOptions) -> None:
+    standard = options.view_as(StandardOptions)
+    if runner_path(standard.runner) == BEAM_DASK_RUNNER:
+        print(f"note: --runner={standard.runner} runs as {FIXED_DASK} (Beam's runner with its bugs fixed; "
+              "see pipeline/runners/dask_runner.py)", file=sys.stderr)
+        standard.runner = FIXED_DASK
 
 
 def _write_report(counts: dict, staging: str, target: str, stage: str, opts: HardposOptions,

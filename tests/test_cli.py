@@ -147,5 +147,6 @@ def test_cli_as_a_user_runs_it(tmp_path):
     result = run_cli(*eval_sets_args(tmp_path, VL_SAMPLE, ARO_SAMPLE))
     assert result.returncode == 0, result.stderr
     assert "replace" in result.stdout and "balanced" in result.stdout
-    assert result.stderr.strip() == ""
+    # nothing on stderr but progress lines (a run slower than --progress_seconds, on a busy machine, prints them)
+    assert [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("[progress")] == []
     assert (REPO / "samples").is_dir()

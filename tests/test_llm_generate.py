@@ -116,4 +116,4 @@ def test_replay_files_with_bad_lines_are_refused_naming_the_line(tmp_path):
         path = tmp_path / "bad.jsonl"
         path.write_text(body)
         with pytest.raises(ReplayError, match=message):
-            read_replay(str(path))
+            list(read_replay(str(path)))

@@ -4,9 +4,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import pickle
 import posixpath
 import re
 import zlib
+from collections.abc import Iterable
 from itertools import groupby
 
 import apache_beam as beam
@@ -36,27 +38,37 @@ def _shard_of(value: str, num_shards: int) -> int:
     return zlib.crc32(value.encode("utf-8", "surrogatepass")) % num_shards
 
 
-def _in_order(rows: list[dict], sort_by: tuple[str, ...]) -> list[dict]:
-    """Rows sorted by the schema's sort_by, and rows with equal keys (e.g. the dead letters of one record) by
-    their whole content: the order never depends on the order they arrived in."""
-    def key(r):
-        return tuple(r[c] for c in sort_by)
+def _row_text(row: dict) -> str:
+    return json.dumps(row, sort_keys=True, ensure_ascii=True, default=repr)
 
+
+def _in_order(rows: Iterable[dict], sort_by: tuple[str, ...]) -> list[bytes]:
+    """The rows, pickled, sorted by the schema's sort_by, and rows with equal keys (e.g. the dead letters of one
+    record) by their whole content: the order never depends on the order they arrived in. Pickled as they arrive
+    (a shard's rows are a few hundred bytes each so, against a few KB as dicts), so a 100,000-row shard is not
+    held as dicts."""
+    keyed = sorted(((tuple(r[c] for c in sort_by), pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL))
+                    for r in rows if r is not None), key=lambda item: item[0])
     ordered = []
-    for _, same in groupby(sorted(rows, key=key), key=key):
-        same = list(same)
+    for _, same in groupby(keyed, key=lambda item: item[0]):
+        same = [data for _, data in same]
         if len(same) > 1:
-            same.sort(key=lambda r: json.dumps(r, sort_keys=True, ensure_ascii=True, default=repr))
+            same.sort(key=lambda data: _row_text(pickle.loads(data)))
         ordered += same
     return ordered
 
 
-def shard_bytes(rows: list[dict], schema: TableSchema) -> bytes:
+def shard_bytes(rows: Iterable[dict], schema: TableSchema) -> bytes:
     """The Parquet file of these rows, with page checksums (a reader with page_checksum_verification finds a
-    damaged page)."""
-    table = pa.Table.from_pylist(_in_order(rows, schema.sort_by), schema=schema.arrow())
+    damaged page). Built one row group at a time: only ROW_GROUP_SIZE rows are dicts and Arrow at once."""
+    ordered = _in_order(rows, schema.sort_by)
+    arrow_schema = schema.arrow()
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, row_group_size=ROW_GROUP_SIZE, write_page_checksum=True)
+    with pq.ParquetWriter(buffer, arrow_schema, write_page_checksum=True) as writer:
+        for start in range(0, len(ordered), ROW_GROUP_SIZE):  # none: a file with the schema and no row group
+            chunk = [pickle.loads(data) for data in ordered[start:start + ROW_GROUP_SIZE]]
+            writer.write_table(pa.Table.from_pylist(chunk, schema=arrow_schema), row_group_size=ROW_GROUP_SIZE)
+            ordered[start:start + ROW_GROUP_SIZE] = [b""] * len(chunk)  # let the written rows go
     return buffer.getvalue()
 
 
@@ -79,6 +91,20 @@ def file_sha256(path: str) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class _Counted:
+    """The grouped rows of a shard, read once, lazily (never copied into a list), counting the real rows (not the
+    None that makes an empty shard exist)."""
+
+    def __init__(self, rows: Iterable[dict | None]):
+        self.rows, self.n = rows, 0
+
+    def __iter__(self):
+        for row in self.rows:
+            if row is not None:
+                self.n += 1
+                yield row
 
 
 class WriteParquetTable(beam.PTransform):
@@ -117,8 +143,8 @@ class WriteParquetTable(beam.PTransform):
 
     def _write(self, shard, num_shards):
         index, rows = shard
-        rows = [r for r in rows if r is not None]
+        counted = _Counted(rows)
         path = FileSystems.join(self.directory, shard_name(self.prefix, index, num_shards))
-        sha256 = write_shard(rows, path, self.schema)
+        sha256 = write_shard(counted, path, self.schema)
         relative = posixpath.join(posixpath.basename(self.directory.rstrip("/")), posixpath.basename(path))
-        return relative, len(rows), sha256
+        return relative, counted.n, sha256

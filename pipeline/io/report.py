@@ -42,7 +42,9 @@ class SumCounts(beam.CombineFn):
         return total
 
     def extract_output(self, acc):
-        return dict(acc)
+        # Keys in a fixed order, not the order the counts arrived in (which differs between runners and runs):
+        # whatever iterates over them writes the same report.
+        return dict(sorted(acc.items(), key=lambda item: repr(item[0])))
 
 
 def table_report(table: str, counts: dict, groups: list[str], expected_groups: list[tuple] = ()) -> dict:
@@ -83,8 +85,8 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
         "balanced": all(f["balanced"] for f in files.values()) and written == totals["rows"],
         "files": {f: files[f] for f in sorted(files)},
         "groups": {"fields": groups, "rows": [[*g, n] for g, n in sorted(grouped.items())]},
-        "discard_reasons": dict(reasons[DISCARDED].most_common()),
-        "reject_reasons": dict(reasons[REJECTED].most_common()),
+        "discard_reasons": _by_count(reasons[DISCARDED]),
+        "reject_reasons": _by_count(reasons[REJECTED]),
         "shards": dict(sorted(shards.items())),
         "dead_letter_shards": dict(sorted(dead_shards.items())),
         "sha256": dict(sorted(sha256.items())),
@@ -104,6 +106,12 @@ def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
         tables[name] = {**section, "stage": stage_report["stage"], "inputs": stage_report.get("inputs", {})}
     return {"output_dir": stage_report["output_dir"], "stages": sorted({t["stage"] for t in tables.values()}),
             "tables": tables}
+
+
+def _by_count(counts: Counter) -> dict:
+    """Most common first, ties by name: not Counter.most_common, whose ties keep the order in which the counts
+    reached the combiner, which differs between runners (and between runs of a distributed one)."""
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def write_json(path: str, obj) -> None:

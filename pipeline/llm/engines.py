@@ -17,6 +17,7 @@ comes back as finish_reason "error" (never cached, so a re-run asks again) inste
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -243,45 +244,46 @@ class ReplayError(ValueError):
     """A replay file that cannot be used; the message names the file and line."""
 
 
-def read_replay(path: str) -> list[dict]:
-    """The records of a replay file: one JSON object per line with type (a positive type or an LLM negative
-    type; positive_type is read too), caption and text. ReplayError (one line, naming file:line) for an empty
-    file, a line that is not UTF-8 or not such an object, and two different answers to one prompt (which would
-    make the output depend on file order)."""
+def read_replay(path: str):
+    """The records of a replay file, one at a time: one JSON object per line with type (a positive type or an LLM
+    negative type; positive_type is read too), caption and text. ReplayError (one line, naming file:line) for an
+    empty file, a line that is not UTF-8 or not such an object, and two different answers to one prompt (which
+    would make the output depend on file order). Streamed: a full-size file is a few hundred MB."""
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
 
-    records, first_seen = [], {}
+    first_seen, found = {}, False
     with FileSystems.open(path) as f:
-        data = f.read()
-    for number, raw in enumerate(data.split(b"\n"), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ReplayError(f"{path}:{number}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") \
-                from None
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as e:
-            raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
-        if isinstance(record, dict) and "type" not in record and "positive_type" in record:
-            record["type"] = record.pop("positive_type")
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("type", "caption", "text")):
-            raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
-        if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
-            raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
-        key = (record["type"], record["caption"])
-        earlier, text = first_seen.setdefault(key, (number, record["text"]))
-        if text != record["text"]:
-            raise ReplayError(f"{path}:{number}: a second, different answer for the {key[0]} prompt of this "
-                              f"caption (the first is on line {earlier})")
-        records.append(record)
-    if not records:
+        for number, raw in enumerate(iter(f.readline, b""), 1):
+            raw = raw.rstrip(b"\n")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ReplayError(f"{path}:{number}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") \
+                    from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
+            if isinstance(record, dict) and "type" not in record and "positive_type" in record:
+                record["type"] = record.pop("positive_type")
+            if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
+                                                       for k in ("type", "caption", "text")):
+                raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
+            if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
+                raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
+            key = _digest(record["type"] + "\0" + record["caption"])
+            earlier, text = first_seen.setdefault(key, (number, _digest(record["text"])))
+            if text != _digest(record["text"]):
+                raise ReplayError(f"{path}:{number}: a second, different answer for the {record['type']} prompt "
+                                  f"of this caption (the first is on line {earlier})")
+            found = True
+            yield record
+    if not found:
         raise ReplayError(f"{path}: no answers (the file is empty); every prompt would fail")
-    return records
 
 
 class ReplayEngine:
@@ -290,10 +292,18 @@ class ReplayEngine:
 
         if not config.replay_path:
             raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
+        # Keyed by a digest of the prompt, not the prompt: a full-size replay file (1.2 M answers) would otherwise
+        # hold every prompt's text in every worker (about 0.8 GB each).
         self.answers = {}
         for record in read_replay(config.replay_path):
-            self.answers[load_prompt(record["type"], config.prompt_set).text(record["caption"])] = record["text"]
+            prompt = load_prompt(record["type"], config.prompt_set).text(record["caption"])
+            self.answers[_digest(prompt)] = record["text"]
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
-        return [Generation(self.answers[p], "stop", len(self.answers[p].split())) if p in self.answers
-                else Generation("", "error", 0, "no recorded answer for this prompt") for p in prompts]
+        found = [self.answers.get(_digest(p)) for p in prompts]
+        return [Generation(a, "stop", len(a.split())) if a is not None
+                else Generation("", "error", 0, "no recorded answer for this prompt") for a in found]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -102,7 +102,7 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes. With `with_corpus`, a
     first pass counts the captions' vocabulary and trigrams, handed to `fn` as a side input and returned as
     "corpus" too."""
-    read = pipeline | "ReadCaptions" >> coco.ReadCocoCaptions(opts.coco_captions, stage, table, InputBounds.of(opts))
+    read = coco.read_captions(pipeline, opts.coco_captions, stage, table, InputBounds.of(opts))
     extra, outputs = [], {}
     if with_corpus:
         corpus = read["records"] | "CountCorpus" >> beam.CombineGlobally(CountCorpus())

@@ -66,7 +66,9 @@ def base_sampling(opts: HardposOptions) -> Sampling:
 
 def make_prompts(record: dict, kinds: tuple[str, ...], model: str, chat_format: str, prompt_set: str,
                  base: Sampling):
-    """One prompt element per kind this caption gets."""
+    """One prompt element per kind this caption gets. Without the prompt's text: every element is held between
+    steps (a local runner keeps them all in memory) and only the ones sent to the model need it (_SplitHits adds
+    it to those)."""
     for kind in kinds:
         if not wants(kind, record["caption"]):
             continue
@@ -74,7 +76,6 @@ def make_prompts(record: dict, kinds: tuple[str, ...], model: str, chat_format: 
         sampling = {**base.key(), "max_new_tokens": prompt.max_new_tokens}
         yield {
             "key": cache_key(model, prompt.sha256, chat_format, sampling, record["caption"]),
-            "prompt": prompt.text(record["caption"]),
             "prompt_sha256": prompt.sha256,
             "prompt_set": prompt.prompt_set,
             "kind": kind,
@@ -89,8 +90,8 @@ class _SplitHits(beam.DoFn):
 
     MISS = "miss"
 
-    def __init__(self, retries: int):
-        self.retries = retries
+    def __init__(self, retries: int, prompt_set: str = "paper"):
+        self.retries, self.prompt_set = retries, prompt_set
 
     def process(self, item):
         _, grouped = item
@@ -102,6 +103,7 @@ class _SplitHits(beam.DoFn):
             yield {"entry": entry, "elements": elements, "from_cache": True}
         else:
             ask = dict(elements[0])
+            ask["prompt"] = load_prompt(ask["kind"], self.prompt_set).text(ask["caption"])
             ask["attempts"] = entry["attempts"] if entry else []
             ask["sharers"] = elements
             yield beam.pvalue.TaggedOutput(self.MISS, ask)
@@ -196,7 +198,8 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
         try:
-            read_replay(opts.llm_replay)
+            for _ in read_replay(opts.llm_replay):  # checks every line now, before any work
+                pass
         except OSError as e:
             raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
         except ReplayError as e:
@@ -241,14 +244,13 @@ def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteS
     label = spec.label
     base = base_sampling(opts)
     model = model_name(opts)
-    read = pipeline | f"ReadCaptionsFor{label}" >> coco.ReadCocoCaptions(opts.coco_captions, spec.stage, spec.table,
-                                                                         InputBounds.of(opts))
+    read = coco.read_captions(pipeline, opts.coco_captions, spec.stage, spec.table, InputBounds.of(opts))
     prompts = read["records"] | f"MakePrompts{label}" >> beam.FlatMap(
         make_prompts, spec.kinds, model, opts.chat_format, opts.prompt_set, base)
     joined = ({"prompt": prompts | f"KeyPrompts{label}" >> beam.Map(lambda e: (e["key"], e)),
                "cache": _read_cache(pipeline, opts.cache_dir, spec.table, label)}
               | f"JoinCache{label}" >> beam.CoGroupByKey())
-    split = joined | f"SplitHits{label}" >> beam.ParDo(_SplitHits(opts.llm_retries)).with_outputs(
+    split = joined | f"SplitHits{label}" >> beam.ParDo(_SplitHits(opts.llm_retries, opts.prompt_set)).with_outputs(
         _SplitHits.MISS, main="hit")
     wordnet = opts.positive_checks == "wordnet"
     # Beam's inference module imports torch when it is installed (seconds): only when this graph is built.

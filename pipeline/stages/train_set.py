@@ -106,8 +106,7 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
-    read = pipeline | "ReadCaptionsForTrain" >> coco.ReadCocoCaptions(opts.coco_captions, STAGE, TABLE,
-                                                                      InputBounds.of(opts))
+    read = coco.read_captions(pipeline, opts.coco_captions, STAGE, TABLE, InputBounds.of(opts))
     by_id = lambda label, pcoll: pcoll | label >> beam.Map(lambda r: (r["example_id"], r))  # noqa: E731
     joined = ({"caption": by_id("KeyCaptions", read["records"]), "positive": by_id("KeyPositives", positives),
                "negative": by_id("KeyNegatives", negatives)}

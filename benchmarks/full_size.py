@@ -1,0 +1,254 @@
+"""The full-size rehearsal: --stage=all on 591,753 COCO captions (the size of COCO train), the LLM left out.
+
+    .venv/bin/python benchmarks/full_size.py [--captions 591753] [--work /tmp/hardpos-full] [--mode all|stages]
+
+1. Input: the real val2017 captions (../shared/data/coco/captions_val2017.json, 25,014) copied until there are
+   --captions of them. Every copy has fresh caption and image ids and a light, deterministic variation of the text
+   (one of 12 openings times a toggled final period; copy 0 as it is, stripped), so no two copies share a text.
+2. A replay file answering every hard-positive prompt (replace and swap): a synonym from the paper's REPLACE table
+   where the validator accepts one, the two sides of an "and" exchanged where it accepts that, else the caption
+   itself (rejected as `identical`, as a model's echo would be). The LLM's cost is measured elsewhere
+   (benchmarks/llm_server.py); here the engine answers at once, so what is timed is the pipeline.
+3. Runs `python -m pipeline.run --stage=all` (default negative types) with the replay engine on the DirectRunner,
+   --direct_num_workers=2 --direct_running_mode=multi_processing, and samples the memory of the launcher and of
+   every worker process twice a second. --mode=stages runs train_negatives, hard_positives and train_set as three
+   pipelines instead (a wall time per stage; train_set then reads the other two tables back).
+4. Prints per run: wall time, peak RSS of the launcher, of each worker and of all together; per table rows, shards,
+   bytes, rows per shard (min/max against --rows_per_shard) and whether the report balances; and writes it all
+   to <work>/full_size.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+VAL2017 = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
+COCO_TRAIN_CAPTIONS = 591_753
+# Openings a COCO caption may well have ("A picture of a dog ..."); the caption's first letter is lowered after one.
+OPENINGS = ("", "A photo of ", "A picture of ", "An image of ", "A view of ", "A photograph of ", "A shot of ",
+            "A close up of ", "A scene of ", "A snapshot of ", "An image showing ", "A photo showing ")
+ID_STRIDE = 1_000_000  # copy k's ids are k * ID_STRIDE + the original id (val2017 ids are below 600,000)
+MODEL = "meta-llama/Llama-2-70b-chat-hf"  # only a name for the replay engine (it is in the cache key)
+
+
+def vary(text: str, copy: int) -> str:
+    """Copy `copy`'s variation of a caption: opening copy % 12, final period toggled on odd copy // 12."""
+    opening = OPENINGS[copy % len(OPENINGS)]
+    if opening and text[:1].isupper() and not text[1:2].isupper():
+        text = text[0].lower() + text[1:]
+    text = opening + text
+    if (copy // len(OPENINGS)) % 2:
+        stripped = text.rstrip()
+        text = stripped[:-1].rstrip() if stripped.endswith(".") else stripped + "."
+    return text
+
+
+def build_captions(source: dict, n: int) -> dict:
+    """A COCO captions file of n annotations: copies of `source` with fresh ids and varied texts."""
+    # Stripped, as the stage reads a caption: the replay file's captions must be the prompts' captions.
+    annotations = sorted(({**a, "caption": a["caption"].strip()} for a in source["annotations"]),
+                         key=lambda a: a["id"])
+    images = sorted(source["images"], key=lambda i: i["id"])
+    copies = -(-n // len(annotations))
+    out = {"info": {"description": f"{n:,} captions: {copies} varied copies of COCO val2017 (hardpos full-size "
+                                   f"rehearsal)"},
+           "licenses": source.get("licenses", []), "images": [], "annotations": []}
+    for k in range(copies):
+        out["images"] += [{**image, "id": k * ID_STRIDE + image["id"]} for image in images]
+        for a in annotations:
+            if len(out["annotations"]) == n:
+                break
+            out["annotations"].append({"id": k * ID_STRIDE + a["id"], "image_id": k * ID_STRIDE + a["image_id"],
+                                       "caption": vary(a["caption"], k)})
+    return out
+
+
+def _replace_answer(caption: str, pairs, check) -> str | None:
+    for old, new in pairs:
+        match = re.search(rf"\b{re.escape(old)}\b", caption, flags=re.IGNORECASE)
+        if match:
+            answer = caption[:match.start()] + new + caption[match.end():]
+            if check("replace", caption, answer):
+                return answer
+    return None
+
+
+_AND = re.compile(r"\b((?:a|an|the|two|some)\s+\w+)\s+and\s+((?:a|an|the|two|some)\s+\w+)\b", re.IGNORECASE)
+
+
+def _swap_answer(caption: str, check) -> str | None:
+    match = _AND.search(caption)
+    if not match:
+        return None
+    answer = caption[:match.start()] + f"{match.group(2)} and {match.group(1)}" + caption[match.end():]
+    return answer if check("swap", caption, answer) else None
+
+
+def replay_answers(captions: list[str]) -> dict[str, dict[str, str]]:
+    """{caption: {type: answer}} for the base captions, each answer passing the stage's own validator or the
+    caption itself."""
+    from pipeline.llm.validate import Validator
+    from pipeline.perturb.eval_replace import DEFAULT_TABLE
+
+    validator = Validator(wordnet=True)
+
+    def check(kind, caption, answer):
+        return validator({"kind": kind, "caption": caption}, {"finish_reason": "stop", "text": answer}).ok
+
+    table = json.loads(DEFAULT_TABLE.read_text())
+    pairs = [(old, new) for categories in table["categories"].values()
+             for pairs in categories.values() for old, new in pairs]
+    return {c: {"replace": _replace_answer(c, pairs, check) or c, "swap": _swap_answer(c, check) or c}
+            for c in captions}
+
+
+def write_inputs(work: Path, n: int) -> tuple[Path, Path, dict]:
+    source = json.loads(VAL2017.read_text())
+    captions_path, replay_path = work / "captions_full.json", work / "replay_full.jsonl"
+    data = build_captions(source, n)
+    texts = [a["caption"] for a in data["annotations"]]
+    assert len(set(texts)) >= len(set(a["caption"] for a in source["annotations"])) * min(
+        1, n // len(source["annotations"])), "copies collapsed"
+    captions_path.write_text(json.dumps(data))
+    by_id = {a["id"]: a["caption"].strip() for a in source["annotations"]}
+    base = replay_answers(sorted(set(by_id.values())))
+    accepted = {"replace": 0, "swap": 0}
+    with open(replay_path, "w") as f:
+        for a in data["annotations"]:
+            k, original = divmod(a["id"], ID_STRIDE)
+            answers = base[by_id[original]]
+            for kind in ("replace", "swap"):
+                answer = vary(answers[kind], k) if answers[kind] != by_id[original] else a["caption"]
+                accepted[kind] += answer != a["caption"]
+                f.write(json.dumps({"type": kind, "caption": a["caption"], "text": answer}) + "\n")
+    return captions_path, replay_path, {"captions": len(texts), "distinct_texts": len(set(texts)),
+                                        "replay_answers": 2 * len(texts), "answers_not_echoes": accepted}
+
+
+class MemorySampler(threading.Thread):
+    """Peak RSS of a process and of each of its descendants (by pid), and of all together, every `every` s."""
+
+    def __init__(self, pid: int, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.peaks: dict[int, dict] = {}
+        self.total_peak = 0
+        self.stopped = threading.Event()
+
+    def run(self):
+        import psutil
+
+        root = psutil.Process(self.pid)
+        while not self.stopped.is_set():
+            try:
+                procs = [root] + root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                    if p.pid not in self.peaks:
+                        self.peaks[p.pid] = {"cmd": " ".join(p.cmdline())[:160], "rss": 0}
+                except psutil.Error:
+                    continue
+                total += rss
+                self.peaks[p.pid]["rss"] = max(self.peaks[p.pid]["rss"], rss)
+            self.total_peak = max(self.total_peak, total)
+            self.stopped.wait(self.every)
+
+
+def run_stage(args: list[str], log: Path) -> dict:
+    command = [sys.executable, "-m", "pipeline.run", *args]
+    started = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        sampler = MemorySampler(proc.pid)
+        sampler.start()
+        code = proc.wait()
+        sampler.stopped.set()
+        sampler.join()
+    wall = time.monotonic() - started
+    workers = {pid: p for pid, p in sampler.peaks.items()
+               if pid != proc.pid and "sdk_worker_main" in p["cmd"] and not p["cmd"].startswith("/bin/sh")}
+    return {"args": args, "exit": code, "wall_s": round(wall, 1),
+            "launcher_peak_rss_mb": round(sampler.peaks.get(proc.pid, {"rss": 0})["rss"] / 2**20),
+            "worker_peak_rss_mb": sorted(round(p["rss"] / 2**20) for p in workers.values()),
+            "other_processes": {p["cmd"][:60]: round(p["rss"] / 2**20) for pid, p in sampler.peaks.items()
+                                if pid != proc.pid and pid not in workers},
+            "all_processes_peak_rss_mb": round(sampler.total_peak / 2**20), "log": str(log)}
+
+
+def tables_of(output_dir: Path) -> dict:
+    report = json.loads((output_dir / "report.json").read_text())
+    found = {}
+    for name, t in report["tables"].items():
+        files = sorted((output_dir / name).glob("*.parquet"))
+        shard_rows = list(t.get("shards", {}).values())
+        found[name] = {"read": t["read"], "rows": t["rows"], "discarded": t["discarded"], "rejected": t["rejected"],
+                       "balanced": t["balanced"], "shards": len(files),
+                       "bytes": sum(f.stat().st_size for f in files),
+                       "rows_per_shard_min_max": [min(shard_rows, default=0), max(shard_rows, default=0)],
+                       "discard_reasons": dict(list(t["discard_reasons"].items())[:6]),
+                       "reject_reasons": dict(list(t["reject_reasons"].items())[:6])}
+    return found
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--captions", type=int, default=COCO_TRAIN_CAPTIONS)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/hardpos-full"))
+    parser.add_argument("--mode", choices=("all", "stages"), default="all")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--extra", default="", help="more pipeline flags, space-separated")
+    ns = parser.parse_args(argv)
+    ns.work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    captions_path, replay_path, made = write_inputs(ns.work, ns.captions)
+    made["seconds"] = round(time.monotonic() - started, 1)
+    made["workers"] = ns.workers
+    print(f"input: {made['captions']:,} captions ({made['distinct_texts']:,} distinct texts), "
+          f"{made['replay_answers']:,} replay answers, not echoes: {made['answers_not_echoes']}; "
+          f"made in {made['seconds']} s", flush=True)
+    out, cache = ns.work / "out", ns.work / "llm_cache"
+    subprocess.run(["rm", "-rf", str(out), str(cache)], check=True)
+    common = [f"--output_dir={out}", f"--direct_num_workers={ns.workers}", "--direct_running_mode=multi_processing",
+              "--progress_seconds=60", *ns.extra.split()]
+    llm = [f"--llm_engine=replay", f"--llm_replay={replay_path}", f"--model={MODEL}", f"--cache_dir={cache}"]
+    coco = [f"--coco_captions={captions_path}"]
+    runs = ({"all": ["--stage=all", *coco, *llm]} if ns.mode == "all" else
+            {"train_negatives": ["--stage=train_negatives", *coco], "hard_positives": ["--stage=hard_positives",
+                                                                                     *coco, *llm],
+             "train_set": ["--stage=train_set", *coco]})
+    results = {"input": made, "runs": {}}
+    for name, args in runs.items():
+        result = run_stage([*args, *common], ns.work / f"{name}.log")
+        results["runs"][name] = result
+        print(f"\n== {name}: exit {result['exit']}, wall {result['wall_s']:,} s, peak RSS launcher "
+              f"{result['launcher_peak_rss_mb']:,} MB, workers {result['worker_peak_rss_mb']} MB, all processes "
+              f"{result['all_processes_peak_rss_mb']:,} MB", flush=True)
+        if result["exit"] != 0:
+            print(Path(result["log"]).read_text()[-3000:])
+            break
+    if all(r["exit"] == 0 for r in results["runs"].values()):
+        results["tables"] = tables_of(out)
+        for name, t in results["tables"].items():
+            print(f"{name}: read {t['read']:,}, rows {t['rows']:,}, discarded {t['discarded']:,}, rejected "
+                  f"{t['rejected']:,}, balanced {t['balanced']}; {t['shards']} shards, {t['bytes'] / 2**20:,.1f} MB, "
+                  f"rows per shard {t['rows_per_shard_min_max']}\n    discarded: {t['discard_reasons']}\n"
+                  f"    rejected: {t['reject_reasons']}")
+    (ns.work / "full_size.json").write_text(json.dumps(results, indent=2))
+    return 0 if all(r["exit"] == 0 for r in results["runs"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

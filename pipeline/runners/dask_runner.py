@@ -1,0 +1,178 @@
+"""Beam's DaskRunner (apache_beam.runners.dask, Beam 2.77) with the translation bugs that break hardpos fixed.
+
+    python -m pipeline.run ... --runner=pipeline.runners.dask_runner.DaskRunner [--dask_client_address=HOST:PORT]
+
+Every fix is a bug of Beam's runner, not of the stages, which stay runner-agnostic (design rule); each belongs
+upstream in apache_beam/runners/dask/ and this module goes when Beam has them
+(reproduction: benchmarks/dask_repro.py):
+1. Tagged outputs. Beam's ParDo translation (transform_evaluator.ParDo / apply_dofn_to_bundle) puts the main
+   and every tagged output of a ParDo in one bag, and DaskBagVisitor looks an input up by its producer
+   transform, not by the PCollection: every output of `.with_outputs(...)` holds all of them. Here a ParDo
+   emits (tag, value) pairs and each output PCollection gets its own filtered bag.
+2. Leaves. Beam's run_pipeline computes only the bag of the last transform visited; any other leaf (a sink
+   whose result nobody reads: dead-letter files, samples) never runs. Here every PCollection that nothing
+   reads is computed, all as one dask collection (dask.optimize or compute of several collections optimises
+   each on its own and runs their shared upstream tasks once per collection).
+3. finish_bundle. Beam's apply_dofn_to_bundle collects the outputs before invoke_finish_bundle, so what a
+   DoFn emits there (the last batch of BatchElements) is lost; its output list and DoFn instance are built
+   once with the graph, shared by every bundle that runs from the same deserialised copy. Here each bundle
+   collects into its own list, after finish_bundle, with its own copy of the DoFn.
+4. Side inputs. Beam's runner materialises a side input inside each consuming task with a nested compute of
+   its whole upstream graph (re-running it per task). Here the side input is one node of the same graph,
+   handed to the consuming tasks as a dependency.
+5. Reshuffle. Beam's override makes it a no-op, so the records read from one file stay in one partition and
+   everything after the read runs as one task on one worker. Here it repartitions the bag over twice the
+   cluster's threads.
+6. wait_until_finish(duration) raises TimeoutError (and marks the run FAILED) when the run outlasts the
+   duration; the PipelineResult contract is to return the current state. Here it returns RUNNING. And the
+   client (with the LocalCluster it starts when no --dask_client_address is given) is closed once the run
+   ends, instead of living on until the process exits.
+"""
+from __future__ import annotations
+
+import itertools
+
+import apache_beam as beam
+from apache_beam import DoFn, pvalue
+from apache_beam.internal import pickler
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
+from apache_beam.runners.dask import dask_runner as beam_dask
+from apache_beam.runners.dask import overrides as dask_overrides_module
+from apache_beam.runners.dask import transform_evaluator as te
+from apache_beam.runners.dask.overrides import dask_overrides
+from apache_beam.runners.runner import PipelineState
+from apache_beam.transforms.sideinputs import SideInputMap
+
+DaskOptions = beam_dask.DaskOptions  # --dask_client_address etc.; defined here too so the flags are known
+
+
+class _Collect(Receiver):
+    def __init__(self, tag, out: list):
+        self.tag, self.out = tag, out
+
+    def receive(self, windowed_value):
+        self.out.append((self.tag, windowed_value.value))
+
+
+class _Receivers(dict):
+    def __init__(self, out: list):
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, tag):
+        self[tag] = _Collect(tag, self.out)
+        return self[tag]
+
+
+def _run_bundle(items, fn_bytes, window_fn, label, args, kwargs, side_specs, *side_values):
+    """One Dask partition = one bundle: (tag, value) for every output, main output tagged None."""
+    out: list = []
+    receivers = _Receivers(out)
+    handler = _OutputHandler(window_fn=window_fn, main_receivers=receivers[None], tagged_receivers=receivers,
+                             per_element_output_counter=None, output_batch_converter=None,
+                             process_yields_batches=False, process_batch_yields_elements=False)
+    side_inputs = [
+        SideInputMap(view_class, view_options, [te.get_windowed_value(v, mapping_fn) for v in values])
+        for (view_class, view_options, mapping_fn), values in zip(side_specs, side_values)]
+    invoker = DoFnInvoker.create_invoker(
+        DoFnSignature(pickler.loads(fn_bytes)), handler, context=DoFnContext(label, state=None),
+        side_inputs=side_inputs, input_args=args, input_kwargs=kwargs, user_state_context=None,
+        bundle_finalizer_param=DoFn.BundleFinalizerParam())
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for item in items:
+        invoker.invoke_process(te.get_windowed_value(item, window_fn))
+    invoker.invoke_finish_bundle()
+    invoker.invoke_teardown()
+    return out
+
+
+def _all_values(parts):
+    return list(itertools.chain.from_iterable(parts))
+
+
+def _select(pairs, tag):
+    return [value for t, value in pairs if t == tag]
+
+
+def _nothing(_partition):
+    return []
+
+
+def _pardo_outputs(node, input_bag, side_bags) -> dict:
+    """{output PCollection: bag} for a ParDo node."""
+    transform = node.transform
+    args, kwargs = transform.raw_side_inputs
+    main_input = next(iter(node.main_inputs.values()))
+    window_fn = main_input.windowing.windowfn if hasattr(main_input, "windowing") else None
+    side_specs = [(type(si), si._view_options(), si._window_mapping_fn) for si in node.side_inputs]
+    # Each side input is one node of the graph that the consuming tasks depend on. Not an Item argument: dask
+    # optimises an Item argument's graph on its own, which gives its upstream tasks new keys and runs them twice.
+    side_items = [bag.reduction(list, _all_values).to_delayed(optimize_graph=False) for bag in side_bags]
+    pairs = input_bag.map_partitions(_run_bundle, pickler.dumps(transform.fn), window_fn, transform.label,
+                                     list(args), kwargs, side_specs, *side_items)
+    return {pcoll: pairs.map_partitions(_select, tag) for tag, pcoll in node.outputs.items()}
+
+
+class _Visitor(beam.pipeline.PipelineVisitor):
+    """Beam's DaskBagVisitor, keyed by PCollection instead of producer transform."""
+
+    def __init__(self, bag_kwargs: dict, spread: int):
+        self.bag_kwargs = bag_kwargs
+        self.spread = spread
+        self.bags: dict = {}  # PCollection -> dask Bag
+        self.consumed: set = set()  # PCollections read by a transform (as main or side input)
+
+    def visit_transform(self, node) -> None:
+        self.consumed.update(node.inputs, (si.pvalue for si in node.side_inputs))
+        inputs = [None if isinstance(p, pvalue.PBegin) else self.bags[p] for p in node.inputs]
+        if node.transform.__class__ is beam.ParDo:
+            self.bags.update(_pardo_outputs(node, inputs[0], [self.bags[si.pvalue] for si in node.side_inputs]))
+            return
+        if node.transform.__class__ is dask_overrides_module._Reshuffle:
+            # Beam's override makes Reshuffle a no-op: the records of one input file stay in the one partition
+            # that read it, and one worker does all the work after it.
+            spread = inputs[0].repartition(npartitions=max(inputs[0].npartitions, self.spread))
+            self.bags.update({pcoll: spread for pcoll in node.outputs.values()})
+            return
+        op = te.TRANSLATIONS.get(node.transform.__class__, te.NoOp)(node, bag_kwargs=self.bag_kwargs)
+        bag = op.apply(input_bag=inputs if isinstance(op, te.Flatten) else (inputs[0] if inputs else None))
+        for pcoll in node.outputs.values():
+            self.bags[pcoll] = bag
+
+
+class _Result(beam_dask.DaskRunnerResult):
+    def wait_until_finish(self, duration=None) -> str:
+        if PipelineState.is_terminal(self._state):
+            return self._state
+        try:
+            state = super().wait_until_finish(duration)
+        except TimeoutError:
+            if duration is None:
+                raise
+            self._state = PipelineState.RUNNING
+            return self._state
+        except BaseException:
+            self.client.close()
+            raise
+        self.client.close()  # and the LocalCluster it started, if it started one
+        return state
+
+
+class DaskRunner(beam_dask.DaskRunner):
+    """Beam's DaskRunner with fixes 1-6 above; same options."""
+
+    def run_pipeline(self, pipeline, options):
+        import dask.bag as db
+        import dask.distributed as ddist
+
+        dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
+        bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+        client = ddist.Client(**dask_options)
+        pipeline.replace_all(dask_overrides())
+        # Reshuffle spreads over twice the cluster's threads (a few tasks per thread balance uneven ones).
+        visitor = _Visitor(bag_kwargs, spread=2 * max(1, sum(client.nthreads().values())))
+        pipeline.visit(visitor)
+        sinks = {id(b): b for p, b in visitor.bags.items() if p not in visitor.consumed and b is not None}
+        everything = db.concat([b.map_partitions(_nothing) for b in sinks.values()])
+        return _Result(client, [client.compute(everything)])
