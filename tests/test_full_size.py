@@ -60,3 +60,30 @@ def test_stage_all_parses_the_captions_file_once(tmp_path):
     # each of the three tables still labels the file's rejected records as its own dead letters
     assert sum(label.endswith(("RejectedCaptionsOftrain_negatives", "RejectedCaptionsOfhard_positives",
                                 "RejectedCaptionsOftrain")) for label in labels) == 3
+
+
+def test_a_join_that_receives_fewer_rows_than_were_sent_does_not_balance(tmp_path):
+    """At 591,753 captions Beam's two-worker DirectRunner lost hard positives between the hard_positives table and
+    the join: train still balanced (the captions became no_hard_positive discards). The join's inputs are now
+    counted on both sides."""
+    from pipeline.run import main
+    from pipeline.stages import train_set
+
+    args = ["--stage=all", f"--coco_captions={REPO / 'samples/coco/captions_sample.json'}",
+            f"--output_dir={tmp_path / 'out'}", "--llm_engine=replay",
+            f"--llm_replay={REPO / 'samples/coco/hard_positives_replay.jsonl'}", "--model=m",
+            f"--cache_dir={tmp_path / 'cache'}", "--progress_seconds=0"]
+    assert main(args) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())["tables"]
+    join = report["train"]["join"]
+    assert join["positive"]["sent"] == join["positive"]["received"] == report["hard_positives"]["rows"] > 0
+    assert join["negative"]["sent"] == join["negative"]["received"] == report["train_negatives"]["rows"] > 0
+    assert join["caption"]["sent"] == join["caption"]["received"] > 0
+    # the same counts with one positive lost on the way
+    counts = {("read", "train", "f"): 2, ("rows", "train", "f"): 1, ("dead", "train", "f", "discarded", "x"): 1,
+              ("shard", "train", "train/train-00000-of-00001.parquet"): 1,
+              ("join_sent", "train", "positive"): 5, ("join_received", "train", "positive"): 4}
+    opts = PipelineOptions(args).view_as(HardposOptions)
+    assert train_set.report_tables(counts, opts)["train"]["balanced"] is False
+    counts[("join_received", "train", "positive")] = 5
+    assert train_set.report_tables(counts, opts)["train"]["balanced"] is True

@@ -30,12 +30,26 @@ def _choose(rows: list[dict], type_field: str, order: list[str]) -> dict | None:
     return min(ranked, key=lambda r: (order.index(r[type_field]), r.get("negative_index", 0)))
 
 
+JOINED = ("caption", "positive", "negative")
+JOINED_COUNTS = "joined_counts"
+
+
+def join_balance(counts: dict) -> dict:
+    """{side: {"sent", "received"}} for the join's three inputs. A runner that loses elements in its shuffle
+    (Beam's multi-process DirectRunner did at 591,753 captions) makes them differ: the per-table accounting alone
+    would see the lost positives only as more no_hard_positive discards."""
+    return {side: {"sent": counts.get(("join_sent", TABLE, side), 0),
+                   "received": counts.get(("join_received", TABLE, side), 0)} for side in JOINED}
+
+
 class _Join(beam.DoFn):
     def __init__(self, positive_order: list[str], negative_order: list[str], seed: int):
         self.positive_order, self.negative_order, self.seed = positive_order, negative_order, seed
 
     def process(self, item):
         _, grouped = item
+        for side in JOINED:  # what reached the join, against what was sent to it (join_balance)
+            yield beam.pvalue.TaggedOutput(JOINED_COUNTS, (("join_received", TABLE, side), len(list(grouped[side]))))
         for record in grouped["caption"]:
             positive = _choose(list(grouped["positive"]), "positive_type", self.positive_order)
             negative = _choose(list(grouped["negative"]), "negative_type", self.negative_order)
@@ -113,14 +127,20 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
               | "JoinTrain" >> beam.CoGroupByKey())
     built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
                                                          train_negatives.negative_types(opts), opts.seed)).with_outputs(
-        DISCARDED, main="rows")
-    return {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
+        DISCARDED, JOINED_COUNTS, main="rows")
+    written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
                                           group=lambda r: (r["positive_type"], r["negative_type"]))
+    sent = [pcoll | f"CountSent{side.title()}" >> beam.Map(lambda _, s: (("join_sent", TABLE, s), 1), side)
+            for side, pcoll in zip(JOINED, (read["records"], positives, negatives))]
+    return (written, built[JOINED_COUNTS], *sent) | "TrainCounts" >> beam.Flatten()
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section = table_report(TABLE, counts, ["positive_type", "negative_type"])
+    section["join"] = join_balance(counts)
+    if any(side["sent"] != side["received"] for side in section["join"].values()):
+        section["balanced"] = False
     section["texts"] = 3 * section["rows"]
     section["positive_types"] = hard_positives.positive_types(opts)
     section["negative_types"] = train_negatives.negative_types(opts)
