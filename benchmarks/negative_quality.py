@@ -124,6 +124,8 @@ def main() -> int:
     parser.add_argument("--judged", default=str(REPO / "benchmarks" / "judged" / "negatives.jsonl"))
     parser.add_argument("--reread", default=str(REPO / "benchmarks" / "judged" / "negatives_reread.jsonl"),
                         help="a second reader's labels on rows of other captions, printed as a second table")
+    parser.add_argument("--colour_moves", default=str(REPO / "benchmarks" / "judged" / "colour_moves.jsonl"),
+                        help="labelled colour-move rows of swap, read apart from the sample")
     parser.add_argument("--ranker", default="ngram", choices=("ngram", "lm", "none"))
     parser.add_argument("--skip_run", action="store_true", help="use the rows already in --output_dir")
     args = parser.parse_args()
@@ -142,6 +144,11 @@ def main() -> int:
         judged_table([json.loads(line) for line in reread.read_text(encoding="utf-8").splitlines() if line.strip()],
                      f"Re-read blind by a second reader, other captions ({reread.name}: rows of other captions, "
                      "types mixed and hidden)")
+    moves = Path(args.colour_moves)
+    if moves.exists():
+        judged_table([json.loads(line) for line in moves.read_text(encoding="utf-8").splitlines() if line.strip()],
+                     f"swap's colour moves alone, 40 drawn from all val2017 swap rows outside the rows the rules were "
+                     f"tuned on ({moves.name})")
     automatic_figures(args.output_dir, args.captions)
     return 0
 

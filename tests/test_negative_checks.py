@@ -93,3 +93,12 @@ def test_the_output_check_counts_identical_swap_and_negclip(tmp_path, ctx):
     violations, figures = check_output(str(out), min_replace_yield=0.0, ctx=ctx)
     assert figures["checks"]["swap_equals_negclip"] == 1
     assert any(v.startswith("swap_equals_negclip") for v in violations)
+
+
+def test_a_swap_may_move_a_colour_and_nothing_else(ctx):
+    assert names(check_row(row("A white cat sitting on a chair.", "A cat sitting on a white chair.", "swap"),
+                           ctx)) == set()
+    assert "moved_word" in names(check_row(row("A big dog on a mat.", "A dog on a big mat.", "swap"), ctx))
+    # negclip exchanging "a young man" with "a man" reads as a move of "young": not swap's rule
+    assert "moved_word" not in names(check_row(row("A young man watches a man.", "A man watches a young man.",
+                                                   "negclip"), ctx))

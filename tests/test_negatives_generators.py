@@ -566,3 +566,33 @@ def test_build_from_debian_names_what_is_missing(tmp_path):
         wordnet.build_from_debian(tmp_path / "out", debian_dir=empty)
     assert "data.noun" in str(raised.value) and "index.noun," not in str(raised.value)
     assert not (tmp_path / "out" / "corpora" / "wordnet").exists()
+
+
+def test_swap_moves_a_colour_to_an_object_without_one(gens, nlp):
+    def swaps(caption):
+        return [c.text for c, _ in gens.propose(nlp(caption))["swap"]]
+    assert "A cat sitting on a white chair." in swaps("A white cat sitting on a chair.")
+    assert "A horse standing next to a brown fence." in swaps("A brown horse standing next to a fence.")
+    assert "a cat sitting next to a white dog" in swaps("a white cat sitting next to a dog")  # a coat colour
+    assert "an orange cat sitting next to a chair" not in swaps("a cat sitting next to an orange chair")  # not a coat
+    assert "A man in a shirt sitting on a red bench." in swaps("A man in a red shirt sitting on a bench.")
+    moved = {
+        "A man in a red shirt sitting on a bench.": ("red man",),  # never onto a person; ...
+        "A man in red shirt sitting on a bench.": ("red bench",),  # ... nor off a noun left bare ("in shirt")
+        "A small bird with brown feathers sitting on a fence.": ("brown bird",),  # a thing and its part
+        "A white refrigerator in a kitchen.": ("white kitchen",),  # a room takes its colour from its walls
+        "A light green bowl on a table.": ("green table", "light table"),  # a shade stays with its colour
+        "Red wine in a glass on a table.": ("red glass", "red table"),  # a fixed name
+    }
+    for caption, never in moved.items():
+        outs = swaps(caption)
+        assert not [o for o in outs for phrase in never if phrase in o.lower()], (caption, outs)
+
+
+def test_a_colour_move_is_told_from_an_exchange():
+    from pipeline.perturb.guards import moved_word
+    assert moved_word("A white cat sitting on a chair.", "A cat sitting on a white chair.") == "white"
+    assert moved_word("a chair near a white cat", "a white chair near a cat") == "white"
+    assert moved_word("an orange cat on a mat", "a cat on an orange mat") == "orange"  # a/an count as one
+    assert moved_word("A white dog and a black cat", "A black dog and a white cat") is None  # an exchange
+    assert moved_word("a dog chasing a cat", "a dog chasing a cat") is None

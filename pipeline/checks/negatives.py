@@ -11,8 +11,9 @@ Independent of how the rows were made, it asserts on every row:
 - swap, negclip and the order shuffles: the caption's words in a different order (swap and negclip: a/an
   and the number of an exchanged noun aside); swap and negclip never exchange the two words right around one
   "and" (conjunct_swap), never move the head of a quantity or container phrase ("a group of zebras":
-  quantity_head_moved), never exchange a person with a thing (unlike_exchange), and never give one caption
-  the same text (swap_equals_negclip);
+  quantity_head_moved), never exchange a person with a thing (unlike_exchange), and swap moves no word but
+  a colour (moved_word), and never give one caption the same text
+  (swap_equals_negclip);
 - every type: no a/an that disagrees with the next word where the caption's agreed (a_an);
 - the replace yield is at least the minimum, and the report balances.
 Exits 1 and prints the violations when any is found.
@@ -30,7 +31,8 @@ from pipeline.io.parquet import read_table
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_replace import replaced_words_unrelated
-from pipeline.perturb.guards import a_an_errors, conjunct_swaps, quantity_heads_moved
+from pipeline.perturb.guards import a_an_errors, conjunct_swaps, moved_word, quantity_heads_moved
+from pipeline.perturb.rule_data import swap_rules
 from pipeline.perturb.text import words
 
 TABLE = "train_negatives"
@@ -41,7 +43,7 @@ RELATION_STOPS = frozenset("a an the his her its their some this that these thos
                            "from near next under over".split())
 CHECKS = ("equals_caption", "span_columns", "replace_spans", "shares_synset", "near_synonym", "rare_word",
           "broken_compound", "impossible_relation", "words_differ", "same_order", "conjunct_swap",
-          "quantity_head_moved", "unlike_exchange", "a_an", "swap_equals_negclip", "unknown_type")
+          "quantity_head_moved", "unlike_exchange", "moved_word", "a_an", "swap_equals_negclip", "unknown_type")
 
 
 class Context:
@@ -125,6 +127,11 @@ def _swap_checks(row: dict, ctx: Context) -> list[str]:
     c, n = row["caption"], row["hard_negative"]
     problems = [f"conjunct_swap: {s!r}" for s in conjunct_swaps(c, n)]
     problems += [f"quantity_head_moved: {h!r}" for h in quantity_heads_moved(c, n)]
+    moved = moved_word(c, n) if row["negative_type"] == "swap" else None
+    if moved is not None:  # swap's colour move, not an exchange (negclip's "a young man" <-> "a man" reads as one)
+        if moved not in swap_rules().movable_colours:
+            problems.append(f"moved_word: {moved!r} is not a colour swap may move")
+        return problems
     lexicon = ctx.lexicon
     nouns = [(a, b) for a, b in exchanged_words(c, n) if lexicon.lemma(a, "n") and lexicon.lemma(b, "n")
              and not lexicon.lemma(a, "a")]

@@ -32,6 +32,23 @@ def conjunct_swaps(caption: str, negative: str) -> list[str]:
     return found
 
 
+def moved_word(caption: str, negative: str) -> str | None:
+    """The word that moved, where the negative is the caption with one word taken out and put back elsewhere (swap's
+    colour moves: "a white cat on a chair" -> "a cat on a white chair"); a/an count as one word."""
+    def norm(text):
+        return ["a" if w == "an" else w for w in words(text)]
+    c, n = norm(caption), norm(negative)
+    if len(c) != len(n) or c == n:
+        return None
+    first = next(k for k in range(len(c)) if c[k] != n[k])
+    last = next(k for k in range(len(c) - 1, -1, -1) if c[k] != n[k])
+    if c[first + 1:last + 1] == n[first:last] and c[first] == n[last]:
+        return c[first]  # moved right
+    if c[first:last] == n[first + 1:last + 1] and c[last] == n[first]:
+        return c[last]  # moved left
+    return None
+
+
 def quantity_heads_moved(caption: str, negative: str) -> list[str]:
     """Heads of quantity or container phrases ("a group of", "a plate of") of the caption that no longer head
     the same phrase in the negative ("a group of zebras ... a stream" -> "a stream of zebras ... a group")."""

@@ -4,7 +4,9 @@ exchange; a ranker (rank.py) chooses.
 - `swap` (CREPE/SugarCrepe SWAP) exchanges two single words: two attributes of different objects ("a white
   dog and a black cat" -> "a black dog and a white cat"), colour with colour, size with size, ...; or two
   objects of one class, one number and different roles ("a dog chasing a cat" -> "a cat chasing a dog"),
-  person with person, animal with animal, artifact with artifact (WordNet lexnames, data/swaps.json).
+  person with person, animal with animal, artifact with artifact (WordNet lexnames, data/swaps.json); or
+  moves one colour to an object that has none ("a white cat on a chair" -> "a cat on a white chair"), the
+  empty-slot case of exchanging two colours (data/swaps.json colour_moves).
 - `negclip` (NegCLIP) exchanges whole phrases: two noun phrases with their modifiers ("a small dog chasing a
   big cat" -> "a big cat chasing a small dog"), of one class, at least one with a modifier (without one, the
   exchange is swap's), and never a text that swap proposes for the same caption. (Exchanging two relations,
@@ -13,14 +15,15 @@ exchange; a ranker (rank.py) chooses.
 
 Never exchanged, because the result keeps the scene (a hard *positive*, the paper's point) or is nonsense:
 the conjuncts of one coordination ("a dog and a cat", "black and white"); two things related by a symmetric
-relation ("a man next to a woman"); a word of a compound ("fire hydrant"); the head of a quantity or
-container phrase ("a group of zebras", "a plate of food"); a person with a thing; two identical words.
+relation ("a man next to a woman"); a thing and its part ("a bird with feathers"); a word of a compound ("fire
+hydrant"); the head of a quantity or container phrase ("a group of zebras", "a plate of food"); a person with a
+thing; two identical words.
 """
 from __future__ import annotations
 
 from pipeline.perturb.candidates import Candidate, join_tokens, make_candidate, replace_tokens
 from pipeline.perturb.rule_data import swap_rules
-from pipeline.perturb.text import words
+from pipeline.perturb.text import indefinite_article, match_case, words
 from pipeline.perturb.units import Unit, render, swap_ranges, unit_index, units
 
 SWAP, NEGCLIP = "swap", "negclip"
@@ -197,7 +200,7 @@ def _object_pairs(doc, lexicon) -> list[tuple]:
                     abs(a.i - b.i) <= 1:
                 continue
             if _object_class(a, lexicon) != _object_class(b, lexicon) or not _related_in_text(a, b) or \
-                    _symmetric(a, b):
+                    _symmetric(a, b) or _owned(a, b, lexicon):
                 continue
             pairs.append((a, b))
     return pairs
@@ -233,9 +236,80 @@ def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector) -> str | None
     return join_tokens(texts, spaces)
 
 
+def _colour_class(token, lexicon) -> str | None:
+    word = token.lower_
+    return swap_rules().object_class(_lemma(lexicon, word, token.tag_ == "NNS"), lexicon.noun_class(word),
+                                     lexicon.hypernym_names(word))
+
+
+def _colour_moves(doc, lexicon) -> list[str]:
+    """One colour moved from its object to another object that has none (data/swaps.json colour_moves): "a white
+    cat sitting on a chair" -> "a cat sitting on a white chair". The colour must be a plain modifier of its noun
+    (no "bright", no shade, no list, no fixed name such as "red wine") whose noun keeps an article, a number or
+    a possessive; neither noun a person; the new object of a class that takes a colour (an animal only a coat
+    colour), not a room or a place, not the old one's part or owner, with no colour of its own and only an
+    article, a number, a possessive or a size before it, so that the colour goes right before the noun."""
+    rules = swap_rules()
+    sources = [t for t in doc if t.dep_ == "amod" and t.lower_ in rules.movable_colours and t.text.islower()
+               and t.i > 0 and t.head.tag_ in NOUN_TAGS and t.head.i > t.i and not t.conjuncts
+               and not list(t.children) and not _in_word_list(t)
+               and not lexicon.is_multiword((t.lower_, t.head.lower_)) and doc[t.i - 1].lower_ not in rules.shades
+               and any(c.dep_ in ("det", "nummod", "poss") for c in t.head.lefts)
+               and _colour_class(t.head, lexicon) not in (None, "person")]
+    texts = []
+    for colour in sources:
+        for target in doc:
+            if target.tag_ not in NOUN_TAGS or not target.is_alpha or target.i in (0, colour.head.i):
+                continue
+            target_class = _colour_class(target, lexicon)
+            if target_class not in rules.colour_target_classes or _in_compound(target, lexicon) \
+                    or _quantity_head(target) or lexicon.is_multiword((colour.lower_, target.lower_)):
+                continue
+            if target.lower_ in rules.never_colour_targets or _part_of(colour.head, target) or \
+                    _part_of(target, colour.head):
+                continue
+            if target_class == "animal" and colour.lower_ not in rules.animal_colours:
+                continue  # "a green dog"
+            if _lemma(lexicon, target.lower_, target.tag_ == "NNS") == \
+                    _lemma(lexicon, colour.head.lower_, colour.head.tag_ == "NNS"):
+                continue
+            if any(c.dep_ not in ("det", "nummod", "poss", "predet") and
+                   not (c.dep_ == "amod" and "size" in rules.attribute_class.get(c.lower_, ())) for c in target.lefts):
+                continue  # "a painted bench", "a wooden table", "a red bench": no sure place, or a colour already
+            texts.append(_move_word(doc, colour.i, target.i))
+    return texts
+
+
+def _part_of(part, whole) -> bool:
+    """"feathers" in "a bird with feathers", "door" in "the door of a car": one thing's part or belonging."""
+    prep = part.head
+    return prep.dep_ == "prep" and prep.lower_ in ("with", "of") and prep.head.i == whole.i
+
+
+def _owned(a, b, lexicon) -> bool:
+    """A thing and its part, never exchanged ("a bird with feathers" -> "a feather with birds"); between people
+    "with" is company ("a man with an onlooker"), which may be exchanged."""
+    return _object_class(a, lexicon) != "person" and (_part_of(a, b) or _part_of(b, a))
+
+
+def _move_word(doc, index: int, before: int) -> str:
+    """The caption with token `index` moved to just before token `before`; the a/an before the word's new
+    place and before its old place agree with what now follows them."""
+    tokens = [(t.text, t.whitespace_) for t in doc]  # the moved word had a space after it (its noun followed)
+    order = [k for k in range(len(doc)) if k != index]
+    order.insert(order.index(before), index)
+    moved = [tokens[k] for k in order]
+    after_gap = order.index(index + 1) if index + 1 < len(doc) else None
+    for k in (order.index(index) - 1, None if after_gap is None else after_gap - 1):
+        if k is not None and 0 <= k < len(moved) - 1 and moved[k][0].lower() in ("a", "an"):
+            moved[k] = (match_case(moved[k][0], indefinite_article(moved[k + 1][0])), moved[k][1])
+    return "".join(t + sp for t, sp in moved).strip()
+
+
 def swap_candidates(doc, lexicon, inflector) -> list[Candidate]:
     caption, us = doc.text.strip(), units(doc)
     texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)]
+    texts += _colour_moves(doc, lexicon)
     texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector) for a, b in _object_pairs(doc, lexicon)]
     return _candidates(SWAP, caption, texts, lambda w: _lemma(lexicon, w, True))
 
@@ -268,7 +342,8 @@ def negclip_candidates(doc, lexicon, swap_texts=frozenset()) -> list[Candidate]:
                 continue
             if doc[span_a[0]:span_a[1]].text.lower() == doc[span_b[0]:span_b[1]].text.lower():
                 continue
-            if head_a.tag_ != head_b.tag_ or not _related_in_text(head_a, head_b) or _symmetric(head_a, head_b):
+            if head_a.tag_ != head_b.tag_ or not _related_in_text(head_a, head_b) or _symmetric(head_a, head_b) \
+                    or _owned(head_a, head_b, lexicon):
                 continue
             texts.append(_swap_spans(us, span_a, span_b))
     return _candidates(NEGCLIP, caption, texts, lambda w: _lemma(lexicon, w, True), exclude=swap_texts)

@@ -111,6 +111,11 @@ class SwapRules:
     attribute_class: dict[str, frozenset[str]]   # adjective -> its classes
     object_classes: tuple[tuple[str, frozenset[str], frozenset[str], frozenset[str]], ...]  # name, words,
     # lexnames, hypernym synsets
+    movable_colours: frozenset[str] = frozenset()
+    colour_target_classes: frozenset[str] = frozenset()
+    animal_colours: frozenset[str] = frozenset()
+    shades: frozenset[str] = frozenset()
+    never_colour_targets: frozenset[str] = frozenset()
 
     def class_words(self, name: str) -> frozenset[str]:
         return next(words for n, words, _, _ in self.object_classes if n == name)
@@ -144,4 +149,9 @@ def swap_rules() -> SwapRules:
         attribute_class={a: frozenset(c) for a, c in attribute_class.items()},
         object_classes=tuple((name, frozenset(c.get("words", ())), frozenset(c.get("lexnames", ())),
                               frozenset(c.get("synsets", ()))) for name, c in raw["object_classes"].items()),
+        movable_colours=frozenset(raw["colour_moves"]["colours"]),
+        colour_target_classes=frozenset(raw["colour_moves"]["target_classes"]),
+        animal_colours=frozenset(raw["colour_moves"]["animal_colours"]),
+        shades=frozenset(raw["colour_moves"]["shades"]),
+        never_colour_targets=frozenset(raw["colour_moves"]["never_targets"]),
     )
