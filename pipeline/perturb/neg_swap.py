@@ -100,13 +100,17 @@ def _quantity_head(token) -> bool:
                                                        token.doc[token.i + 1].lower_ == "of")
 
 
+def _noun_class(token, lexicon) -> str | None:
+    """The token's object class (data/swaps.json object_classes), or None."""
+    word = token.lower_
+    return swap_rules().object_class(_lemma(lexicon, word, token.tag_ == "NNS"), lexicon.noun_class(word),
+                                     lexicon.hypernym_names(word))
+
+
 def _object_class(token, lexicon) -> str | None:
     """The token's class if things of that class may trade places (data/swaps.json exchangeable_classes)."""
-    word = token.lower_
-    rules = swap_rules()
-    found = rules.object_class(_lemma(lexicon, word, token.tag_ == "NNS"), lexicon.noun_class(word),
-                               lexicon.hypernym_names(word))
-    return found if found in rules.exchangeable_classes else None
+    found = _noun_class(token, lexicon)
+    return found if found in swap_rules().exchangeable_classes else None
 
 
 def _objects(doc, lexicon) -> list:
@@ -236,12 +240,6 @@ def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector) -> str | None
     return join_tokens(texts, spaces)
 
 
-def _colour_class(token, lexicon) -> str | None:
-    word = token.lower_
-    return swap_rules().object_class(_lemma(lexicon, word, token.tag_ == "NNS"), lexicon.noun_class(word),
-                                     lexicon.hypernym_names(word))
-
-
 def _colour_moves(doc, lexicon) -> list[str]:
     """One colour moved from its object to another object that has none (data/swaps.json colour_moves): "a white
     cat sitting on a chair" -> "a cat sitting on a white chair". The colour must be a plain modifier of its noun
@@ -255,13 +253,13 @@ def _colour_moves(doc, lexicon) -> list[str]:
                and not list(t.children) and not _in_word_list(t)
                and not lexicon.is_multiword((t.lower_, t.head.lower_)) and doc[t.i - 1].lower_ not in rules.shades
                and any(c.dep_ in ("det", "nummod", "poss") for c in t.head.lefts)
-               and _colour_class(t.head, lexicon) not in (None, "person")]
+               and _noun_class(t.head, lexicon) not in (None, "person")]
     texts = []
     for colour in sources:
         for target in doc:
             if target.tag_ not in NOUN_TAGS or not target.is_alpha or target.i in (0, colour.head.i):
                 continue
-            target_class = _colour_class(target, lexicon)
+            target_class = _noun_class(target, lexicon)
             if target_class not in rules.colour_target_classes or _in_compound(target, lexicon) \
                     or _quantity_head(target) or lexicon.is_multiword((colour.lower_, target.lower_)):
                 continue

@@ -111,11 +111,11 @@ class SwapRules:
     attribute_class: dict[str, frozenset[str]]   # adjective -> its classes
     object_classes: tuple[tuple[str, frozenset[str], frozenset[str], frozenset[str]], ...]  # name, words,
     # lexnames, hypernym synsets
-    movable_colours: frozenset[str] = frozenset()
-    colour_target_classes: frozenset[str] = frozenset()
-    animal_colours: frozenset[str] = frozenset()
-    shades: frozenset[str] = frozenset()
-    never_colour_targets: frozenset[str] = frozenset()
+    movable_colours: frozenset[str]
+    colour_target_classes: frozenset[str]
+    animal_colours: frozenset[str]
+    shades: frozenset[str]
+    never_colour_targets: frozenset[str]
 
     def class_words(self, name: str) -> frozenset[str]:
         return next(words for n, words, _, _ in self.object_classes if n == name)
