@@ -149,6 +149,11 @@ def main() -> int:
         judged_table([json.loads(line) for line in moves.read_text(encoding="utf-8").splitlines() if line.strip()],
                      f"swap's colour moves alone, 40 drawn from all val2017 swap rows outside the rows the rules were "
                      f"tuned on ({moves.name})")
+    moves_reread = moves.with_name(moves.stem + "_reread.jsonl")
+    if moves_reread.exists():
+        judged_table([json.loads(line) for line in moves_reread.read_text(encoding="utf-8").splitlines()
+                      if line.strip()], f"the same, re-read blind by a second reader on 40 other colour moves "
+                                        f"({moves_reread.name})")
     automatic_figures(args.output_dir, args.captions)
     return 0
 

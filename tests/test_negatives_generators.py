@@ -583,6 +583,8 @@ def test_swap_moves_a_colour_to_an_object_without_one(gens, nlp):
         "A white refrigerator in a kitchen.": ("white kitchen",),  # a room takes its colour from its walls
         "A light green bowl on a table.": ("green table", "light table"),  # a shade stays with its colour
         "Red wine in a glass on a table.": ("red glass", "red table"),  # a fixed name
+        "An all white bathroom with a mirror and a sink.": ("white mirror", "white sink"),  # "all white" stays
+        "A scone with an orange slice on a plate.": ("orange plate",),  # the fruit, not the colour
     }
     for caption, never in moved.items():
         outs = swaps(caption)

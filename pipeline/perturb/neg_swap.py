@@ -253,7 +253,8 @@ def _colour_moves(doc, lexicon) -> list[str]:
                and not list(t.children) and not _in_word_list(t)
                and not lexicon.is_multiword((t.lower_, t.head.lower_)) and doc[t.i - 1].lower_ not in rules.shades
                and any(c.dep_ in ("det", "nummod", "poss") for c in t.head.lefts)
-               and _noun_class(t.head, lexicon) not in (None, "person")]
+               and _noun_class(t.head, lexicon) not in (None, "person")
+               and not (t.lower_ in rules.fruit_colours and _noun_class(t.head, lexicon) == "food")]
     texts = []
     for colour in sources:
         for target in doc:

@@ -116,6 +116,7 @@ class SwapRules:
     animal_colours: frozenset[str]
     shades: frozenset[str]
     never_colour_targets: frozenset[str]
+    fruit_colours: frozenset[str]
 
     def class_words(self, name: str) -> frozenset[str]:
         return next(words for n, words, _, _ in self.object_classes if n == name)
@@ -154,4 +155,5 @@ def swap_rules() -> SwapRules:
         animal_colours=frozenset(raw["colour_moves"]["animal_colours"]),
         shades=frozenset(raw["colour_moves"]["shades"]),
         never_colour_targets=frozenset(raw["colour_moves"]["never_targets"]),
+        fruit_colours=frozenset(raw["colour_moves"]["fruit_colours"]),
     )
