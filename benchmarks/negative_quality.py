@@ -12,7 +12,8 @@
    or an impossible scene fails), minimal (one small change). An existing file's labels are kept: a row is
    matched by (negative_type, caption_id, hard_negative); rows no longer emitted are dropped, new ones added.
 3. Prints the judged table once labels are filled in (valid = all three), the table of a second reader's blind
-   re-read of other captions' rows (--reread) when present, and the automatic figures on the whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps,
+   re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
+   (--colour_moves and its _reread twin), and the automatic figures on the whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps,
    moved quantity heads, and every check of `pipeline.checks.negatives`.
 """
 from __future__ import annotations

@@ -11,9 +11,8 @@ Independent of how the rows were made, it asserts on every row:
 - swap, negclip and the order shuffles: the caption's words in a different order (swap and negclip: a/an
   and the number of an exchanged noun aside); swap and negclip never exchange the two words right around one
   "and" (conjunct_swap), never move the head of a quantity or container phrase ("a group of zebras":
-  quantity_head_moved), never exchange a person with a thing (unlike_exchange), and swap moves no word but
-  a colour (moved_word), and never give one caption the same text
-  (swap_equals_negclip);
+  quantity_head_moved), never exchange a person with a thing (unlike_exchange) and never give one caption
+  the same text (swap_equals_negclip); swap moves no word but a colour (moved_word);
 - every type: no a/an that disagrees with the next word where the caption's agreed (a_an);
 - the replace yield is at least the minimum, and the report balances.
 Exits 1 and prints the violations when any is found.

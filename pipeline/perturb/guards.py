@@ -33,8 +33,8 @@ def conjunct_swaps(caption: str, negative: str) -> list[str]:
 
 
 def moved_word(caption: str, negative: str) -> str | None:
-    """The word that moved, where the negative is the caption with one word taken out and put back elsewhere (swap's
-    colour moves: "a white cat on a chair" -> "a cat on a white chair"); a/an count as one word."""
+    """The word that moved, where the negative is the caption with one word taken out and put back elsewhere
+    (swap's colour moves: "a white cat on a chair" -> "a cat on a white chair"); a/an count as one word."""
     def norm(text):
         return ["a" if w == "an" else w for w in words(text)]
     c, n = norm(caption), norm(negative)
