@@ -248,19 +248,21 @@ def _colour_moves(doc, lexicon) -> list[str]:
     colour), not a room or a place, not the old one's part or owner, with no colour of its own and only an
     article, a number, a possessive or a size before it, so that the colour goes right before the noun."""
     rules = swap_rules()
+    classes = {t.i: _noun_class(t, lexicon) for t in doc if t.tag_ in NOUN_TAGS}  # once per noun, not per pair
     sources = [t for t in doc if t.dep_ == "amod" and t.lower_ in rules.movable_colours and t.text.islower()
                and t.i > 0 and t.head.tag_ in NOUN_TAGS and t.head.i > t.i and not t.conjuncts
                and not list(t.children) and not _in_word_list(t)
                and not lexicon.is_multiword((t.lower_, t.head.lower_)) and doc[t.i - 1].lower_ not in rules.shades
                and any(c.dep_ in ("det", "nummod", "poss") for c in t.head.lefts)
-               and _noun_class(t.head, lexicon) not in (None, "person")
-               and not (t.lower_ in rules.fruit_colours and _noun_class(t.head, lexicon) == "food")]
+               and classes[t.head.i] not in (None, "person")
+               and not (t.lower_ in rules.fruit_colours and classes[t.head.i] == "food")]
     texts = []
     for colour in sources:
+        source_lemma = _lemma(lexicon, colour.head.lower_, colour.head.tag_ == "NNS")
         for target in doc:
             if target.tag_ not in NOUN_TAGS or not target.is_alpha or target.i in (0, colour.head.i):
                 continue
-            target_class = _noun_class(target, lexicon)
+            target_class = classes[target.i]
             if target_class not in rules.colour_target_classes or _in_compound(target, lexicon) \
                     or _quantity_head(target) or lexicon.is_multiword((colour.lower_, target.lower_)):
                 continue
@@ -269,8 +271,7 @@ def _colour_moves(doc, lexicon) -> list[str]:
                 continue
             if target_class == "animal" and colour.lower_ not in rules.animal_colours:
                 continue  # "a green dog"
-            if _lemma(lexicon, target.lower_, target.tag_ == "NNS") == \
-                    _lemma(lexicon, colour.head.lower_, colour.head.tag_ == "NNS"):
+            if _lemma(lexicon, target.lower_, target.tag_ == "NNS") == source_lemma:
                 continue
             if any(c.dep_ not in ("det", "nummod", "poss", "predet") and
                    not (c.dep_ == "amod" and "size" in rules.attribute_class.get(c.lower_, ())) for c in target.lefts):
@@ -298,9 +299,9 @@ def _move_word(doc, index: int, before: int) -> str:
     order = [k for k in range(len(doc)) if k != index]
     order.insert(order.index(before), index)
     moved = [tokens[k] for k in order]
-    after_gap = order.index(index + 1) if index + 1 < len(doc) else None
-    for k in (order.index(index) - 1, None if after_gap is None else after_gap - 1):
-        if k is not None and 0 <= k < len(moved) - 1 and moved[k][0].lower() in ("a", "an"):
+    # before the word's new place, and before its noun (index + 1: a moved colour always precedes its noun)
+    for k in (order.index(index) - 1, order.index(index + 1) - 1):
+        if 0 <= k < len(moved) - 1 and moved[k][0].lower() in ("a", "an"):
             moved[k] = (match_case(moved[k][0], indefinite_article(moved[k + 1][0])), moved[k][1])
     return "".join(t + sp for t, sp in moved).strip()
 
