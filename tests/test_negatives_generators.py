@@ -599,3 +599,20 @@ def test_a_colour_move_is_told_from_an_exchange():
     assert moved_word("an orange cat on a mat", "a cat on an orange mat") == "orange"  # a/an count as one
     assert moved_word("A white dog and a black cat", "A black dog and a white cat") is None  # an exchange
     assert moved_word("a dog chasing a cat", "a dog chasing a cat") is None
+
+
+def test_an_adjective_left_in_place_must_suit_the_noun_that_moves_in(gens, nlp):
+    """The exchange leaves "open" where it stands: "an open lamp" only where the input captions say it."""
+    caption = "An open laptop sitting on a desk beside a lamp."
+    bad = "An open lamp sitting on a desk beside a laptop."
+    base = ["An open laptop on a table.", "A lamp on a desk."]
+    assert bad not in [c.text for c, _ in gens.propose(nlp(caption), corpus_of(base))["swap"]]
+    with_it = [c.text for c, _ in gens.propose(nlp(caption), corpus_of([*base, "An open lamp on a table."]))["swap"]]
+    assert bad in with_it, with_it  # the same exchange, once "open lamp" is attested
+    # Two adjectives exchanged: each must suit its new noun ("a sliced car" never).
+    caption = "A parked car next to a table with a sliced cake."
+    base = ["A parked car.", "A sliced cake.", "A table."]
+    bad = "A sliced car next to a table with a parked cake."
+    assert bad not in [c.text for c, _ in gens.propose(nlp(caption), corpus_of(base))["swap"]]
+    attested = corpus_of([*base, "A sliced car. A parked cake."])
+    assert bad in [c.text for c, _ in gens.propose(nlp(caption), attested)["swap"]]

@@ -17,8 +17,9 @@ from pipeline.perturb.rank import choose
 # Bumped when a generator's output for the same input and seed changes. replace/2: word counts per lemma
 # from the sense keys (ranking), options inflected when chosen. replace/3, swap/2, negclip/2: every legal
 # candidate proposed (corpus vocabulary, compounds from the parse, like with like, near-synonyms and
-# physically impossible relations excluded), one emitted by the ranker.
-VERSIONS = {"replace": 3, "swap": 2, "negclip": 2}
+# physically impossible relations excluded), one emitted by the ranker. swap/3 and negclip/3: colour moves,
+# no thing exchanged with its part, an adjective left only on a noun the captions use it with.
+VERSIONS = {"replace": 3, "swap": 3, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {
@@ -117,7 +118,7 @@ class Generators:
         found = {}
         swap_texts = frozenset()
         if "swap" in self.negative_types or "negclip" in self.negative_types:
-            swaps = neg_swap.swap_candidates(doc, self.lexicon, self.inflector)
+            swaps = neg_swap.swap_candidates(doc, self.lexicon, self.inflector, corpus)
             swap_texts = frozenset(c.text for c in swaps)
             if "swap" in self.negative_types:
                 found["swap"] = [(c, None) for c in swaps]

@@ -17,7 +17,8 @@ Never exchanged, because the result keeps the scene (a hard *positive*, the pape
 the conjuncts of one coordination ("a dog and a cat", "black and white"); two things related by a symmetric
 relation ("a man next to a woman"); a thing and its part ("a bird with feathers"); a word of a compound ("fire
 hydrant"); the head of a quantity or container phrase ("a group of zebras", "a plate of food"); a person with a
-thing; two identical words.
+thing; two identical words; and, where the input captions' counts are given, an exchange that leaves an adjective
+(not a colour or a size) on a noun they never use it with ("an open laptop ... a lamp" -> "an open lamp").
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pipeline.perturb.units import Unit, render, swap_ranges, unit_index, units
 
 SWAP, NEGCLIP = "swap", "negclip"
 NOUN_TAGS = ("NN", "NNS")
+FREE_ATTRIBUTES = frozenset({"colour", "size"})  # fit any thing of an exchangeable class
 NP_MODIFIERS = frozenset({"det", "amod", "compound", "nummod", "poss", "nmod", "advmod", "case"})
 MAX_CANDIDATES = 24
 # Nouns without a regular singular/plural pair: never exchanged across numbers.
@@ -195,6 +197,30 @@ def _listed(a, b) -> bool:
     return all(t.tag_.startswith("JJ") or t.lower_ in (",", "and", "or") for t in a.doc[lo + 1:hi])
 
 
+def _bound_adjectives(noun) -> list[str]:
+    """The noun's adjectives that do not suit every thing of its class: all but colours and sizes ("open",
+    "wooden", "empty", "parked")."""
+    return _bound([c.lower_ for c in noun.children if c.dep_ == "amod" and c.is_alpha])
+
+
+def _bound(adjectives: list[str]) -> list[str]:
+    classes = swap_rules().attribute_class
+    return [a for a in adjectives if not classes.get(a, frozenset()) & FREE_ATTRIBUTES]
+
+
+def _suits(adjectives: list[str], noun: str, corpus) -> bool:
+    """Every adjective is said of this noun somewhere in the input captions: an exchange leaves the adjectives
+    where they stand, and "an open laptop beside a lamp" must not become "an open lamp beside a laptop".
+    Without a corpus nothing is known, so nothing is ruled out."""
+    return corpus is None or all(corpus.bigram(adjective, noun) > 0 for adjective in adjectives)
+
+
+def _attributes_fit(a, b, corpus) -> bool:
+    """Each of two adjectives to be exchanged suits the other's noun ("a parked car by a sliced cake" must not
+    give "a sliced car")."""
+    return _suits(_bound([b.lower_]), a.head.lower_, corpus) and _suits(_bound([a.lower_]), b.head.lower_, corpus)
+
+
 def _object_pairs(doc, lexicon) -> list[tuple]:
     objects = _objects(doc, lexicon)
     pairs = []
@@ -214,9 +240,12 @@ def _lemma(lexicon, word: str, plural: bool = False) -> str:
     return lexicon.noun_lemma(word, plural) or word
 
 
-def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector) -> str | None:
-    """a and b exchanged, each taking the number of the slot it moves into (articles follow)."""
+def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector, corpus=None) -> str | None:
+    """a and b exchanged, each taking the number of the slot it moves into (articles follow), where the
+    adjectives left in each slot suit the noun that moves in."""
     if a.tag_ == b.tag_:
+        if not (_suits(_bound_adjectives(a), b.lower_, corpus) and _suits(_bound_adjectives(b), a.lower_, corpus)):
+            return None
         return _swap_token_units(us, a, b)
     if {a.lower_, b.lower_} & NUMBER_FIXED:
         return None  # "people", "clothes": no singular and plural to trade
@@ -235,6 +264,8 @@ def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector) -> str | None
     texts, spaces = [t.text for t in doc], [t.whitespace_ for t in doc]
     lemma_a, lemma_b = (_lemma(lexicon, t.lower_, t.tag_ == "NNS") for t in (a, b))
     new_a, new_b = form(lemma_b, a.tag_), form(lemma_a, b.tag_)
+    if not (_suits(_bound_adjectives(a), new_a, corpus) and _suits(_bound_adjectives(b), new_b, corpus)):
+        return None
     texts, spaces = replace_tokens(texts, spaces, a.i, a.i + 1, new_a)
     texts, spaces = replace_tokens(texts, spaces, b.i, b.i + 1, new_b)
     return join_tokens(texts, spaces)
@@ -306,11 +337,13 @@ def _move_word(doc, index: int, before: int) -> str:
     return "".join(t + sp for t, sp in moved).strip()
 
 
-def swap_candidates(doc, lexicon, inflector) -> list[Candidate]:
+def swap_candidates(doc, lexicon, inflector, corpus=None) -> list[Candidate]:
+    """With `corpus` (the input captions' CorpusModel), an adjective is only ever left on, or moved to, a noun
+    the captions use it with."""
     caption, us = doc.text.strip(), units(doc)
-    texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)]
+    texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc) if _attributes_fit(a, b, corpus)]
     texts += _colour_moves(doc, lexicon)
-    texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector) for a, b in _object_pairs(doc, lexicon)]
+    texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector, corpus) for a, b in _object_pairs(doc, lexicon)]
     return _candidates(SWAP, caption, texts, lambda w: _lemma(lexicon, w, True))
 
 
