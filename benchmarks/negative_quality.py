@@ -13,8 +13,10 @@
    matched by (negative_type, caption_id, hard_negative); rows no longer emitted are dropped, new ones added.
 3. Prints the judged table once labels are filled in (valid = all three), the table of a second reader's blind
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
-   (--colour_moves and its _reread twin), and the automatic figures on the whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps,
-   moved quantity heads, and every check of `pipeline.checks.negatives`.
+   (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
+   (--exchanges), and the automatic figures on the whole file: yield per type, rare-word share, identical
+   swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
+   `pipeline.checks.negatives`.
 """
 from __future__ import annotations
 
@@ -127,6 +129,8 @@ def main() -> int:
                         help="a second reader's labels on rows of other captions, printed as a second table")
     parser.add_argument("--colour_moves", default=str(REPO / "benchmarks" / "judged" / "colour_moves.jsonl"),
                         help="labelled colour-move rows of swap, read apart from the sample")
+    parser.add_argument("--exchanges", default=str(REPO / "benchmarks" / "judged" / "exchanges_reread.jsonl"),
+                        help="a blind reader's labels on swap exchanges and negclip rows of other captions")
     parser.add_argument("--ranker", default="ngram", choices=("ngram", "lm", "none"))
     parser.add_argument("--skip_run", action="store_true", help="use the rows already in --output_dir")
     args = parser.parse_args()
@@ -155,6 +159,11 @@ def main() -> int:
         judged_table([json.loads(line) for line in moves_reread.read_text(encoding="utf-8").splitlines()
                       if line.strip()], f"the same, re-read blind by a second reader on 40 other colour moves "
                                         f"({moves_reread.name})")
+    exchanges = Path(args.exchanges)
+    if exchanges.exists():
+        judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()
+                      if line.strip()], "swap's exchanges (no colour moves) and negclip, 40 each drawn from all "
+                                        f"val2017 rows of captions read nowhere else, read blind ({exchanges.name})")
     automatic_figures(args.output_dir, args.captions)
     return 0
 

@@ -1,6 +1,8 @@
 """`python -m pipeline.run --stage=STAGE [stage flags] [Beam flags]`: build one stage's tables."""
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import os
 import sys
@@ -133,6 +135,8 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     stage = STAGES[opts.stage]
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
+    if hasattr(stage, "CHAIN"):
+        return _run_chain(options, opts, stage.CHAIN)
     target = opts.output_dir
     with FolderLock(target, opts.stage):
         for line in recover(target):
@@ -159,6 +163,35 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
             raise                     # finished by the next run (pipeline/io/commit.py)
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
+
+
+def _run_chain(options: PipelineOptions, opts: HardposOptions, chain) -> dict:
+    """Each stage of the chain run and committed in turn (stages/all_stages.py says why); the first that fails
+    stops the chain, what was committed before it stays. Returns the report of the chain's tables."""
+    name = opts.stage
+    tables, inputs = {}, {}
+    for sub, _ in chain:
+        opts.stage = sub
+        try:
+            report = run(options, opts)
+        finally:
+            opts.stage = name
+        tables.update(report["tables"])
+        inputs.update(report["inputs"])
+        _release_memory()
+    return {"stage": name, "output_dir": opts.output_dir, "inputs": inputs, "tables": tables,
+            "report_path": report["report_path"]}
+
+
+def _release_memory() -> None:
+    """Hands the heap a finished pipeline left free back to the system, so that the next stage of a chain does
+    not start on top of it: a local runner's launcher held every shuffle of the stage (glibc only: elsewhere the
+    freed memory is merely reused)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def report_balanced(report: dict) -> bool:

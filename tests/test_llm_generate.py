@@ -117,3 +117,28 @@ def test_replay_files_with_bad_lines_are_refused_naming_the_line(tmp_path):
         path.write_text(body)
         with pytest.raises(ReplayError, match=message):
             list(read_replay(str(path)))
+
+
+def test_a_replay_answer_that_contradicts_an_earlier_one_is_refused_naming_both_lines(tmp_path):
+    """The check runs on packed digests after the file is read (a dict of every answer took 0.3 GB per process at
+    full size): the earliest contradicting line is named, an identical repeat is fine."""
+    import json
+
+    import pytest
+
+    from pipeline.llm.engines import EngineConfig, ReplayEngine, ReplayError, read_replay
+    from pipeline.llm.prompts import load_prompt
+
+    line = lambda kind, caption, text: json.dumps({"type": kind, "caption": caption, "text": text}) + "\n"  # noqa
+    path = tmp_path / "answers.jsonl"
+    path.write_text(line("replace", "a", "x") + line("swap", "a", "y") + line("replace", "a", "x")
+                    + line("replace", "b", "z") + line("swap", "a", "w") + line("replace", "a", "v"))
+    with pytest.raises(ReplayError, match=r":5: a second, different answer .*first is on line 2"):
+        list(read_replay(str(path)))
+    path.write_text(line("replace", "a", "x") + line("swap", "a", "y") + line("replace", "a", "x")
+                    + line("replace", "b", "zé"))
+    engine = ReplayEngine(EngineConfig("replay", "m", replay_path=str(path)))
+    assert len(engine.answers) == 4
+    for kind, caption, text in (("replace", "a", "x"), ("swap", "a", "y"), ("replace", "b", "zé")):
+        assert engine.generate([load_prompt(kind).text(caption)], [None])[0].text == text
+    assert engine.generate([load_prompt("swap").text("b")], [None])[0].finish_reason == "error"

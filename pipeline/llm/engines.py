@@ -17,9 +17,11 @@ comes back as finish_reason "error" (never cached, so a re-run asks again) inste
 """
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import os
+import struct
 import time
 import urllib.error
 import urllib.request
@@ -253,7 +255,7 @@ def read_replay(path: str):
 
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
 
-    first_seen, found = {}, False
+    seen = _AnswerDigests()
     with FileSystems.open(path) as f:
         for number, raw in enumerate(iter(f.readline, b""), 1):
             raw = raw.rstrip(b"\n")
@@ -275,15 +277,48 @@ def read_replay(path: str):
                 raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
             if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
                 raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
-            key = _digest(record["type"] + "\0" + record["caption"])
-            earlier, text = first_seen.setdefault(key, (number, _digest(record["text"])))
-            if text != _digest(record["text"]):
-                raise ReplayError(f"{path}:{number}: a second, different answer for the {record['type']} prompt "
-                                  f"of this caption (the first is on line {earlier})")
-            found = True
+            seen.add(_digest(record["type"] + "\0" + record["caption"]), _digest(record["text"]), number)
             yield record
-    if not found:
+    if not len(seen):
         raise ReplayError(f"{path}: no answers (the file is empty); every prompt would fail")
+    clash = seen.first_clash()
+    if clash:
+        number, earlier = clash
+        raise ReplayError(f"{path}:{number}: a second, different answer for the same prompt (the first is on line "
+                          f"{earlier})")
+
+
+class _AnswerDigests:
+    """(prompt digest, answer digest, line) of every answer, packed rather than a dict of Python objects: every
+    worker reads the whole file, 1.2 M answers at full size."""
+
+    def __init__(self):
+        self.prompts, self.answers, self.lines = bytearray(), bytearray(), array.array("q")
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def add(self, prompt: bytes, answer: bytes, line: int) -> None:
+        self.prompts += prompt
+        self.answers += answer
+        self.lines.append(line)
+
+    def first_clash(self) -> tuple[int, int] | None:
+        """(line, first line) of the earliest answer that differs from an earlier answer to its prompt."""
+        import numpy as np
+
+        prompts = np.frombuffer(bytes(self.prompts), dtype=">u8").reshape(-1, 2)
+        answers = np.frombuffer(bytes(self.answers), dtype=">u8").reshape(-1, 2)
+        lines = np.frombuffer(self.lines, dtype=np.int64)
+        order = np.lexsort((lines, prompts[:, 1], prompts[:, 0]))  # by prompt, then by line
+        p, a, n = prompts[order], answers[order], lines[order]
+        starts = np.r_[True, (p[1:] != p[:-1]).any(axis=1)]
+        first = np.maximum.accumulate(np.where(starts, np.arange(len(n)), 0))  # each row's group start
+        differs = (a != a[first]).any(axis=1)
+        if not differs.any():
+            return None
+        i = int(np.argmin(np.where(differs, n, np.iinfo(np.int64).max)))
+        return int(n[i]), int(n[first[i]])
 
 
 class ReplayEngine:
@@ -292,17 +327,47 @@ class ReplayEngine:
 
         if not config.replay_path:
             raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
-        # Keyed by a digest of the prompt, not the prompt: a full-size replay file (1.2 M answers) would otherwise
-        # hold every prompt's text in every worker (about 0.8 GB each).
-        self.answers = {}
+        digests, blob, ends = bytearray(), bytearray(), array.array("q")
         for record in read_replay(config.replay_path):
-            prompt = load_prompt(record["type"], config.prompt_set).text(record["caption"])
-            self.answers[_digest(prompt)] = record["text"]
+            digests += _digest(load_prompt(record["type"], config.prompt_set).text(record["caption"]))
+            blob += record["text"].encode("utf-8", "surrogatepass")
+            ends.append(len(blob))
+        self.answers = ReplayAnswers(bytes(digests), bytes(blob), ends)
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
         found = [self.answers.get(_digest(p)) for p in prompts]
         return [Generation(a, "stop", len(a.split())) if a is not None
                 else Generation("", "error", 0, "no recorded answer for this prompt") for a in found]
+
+
+class ReplayAnswers:
+    """Answers by the 16-byte digest of their prompt: sorted numpy keys into one UTF-8 blob. Every worker holds the
+    whole replay file; at full size (1.2 M answers) a dict of digests to strings took 0.63 GiB in each, this 0.27.
+    Keyed by a digest, not the prompt, which would hold every prompt's text."""
+
+    def __init__(self, digests: bytes, blob: bytes, ends):
+        import numpy as np
+
+        keys = np.frombuffer(digests, dtype=">u8").reshape(-1, 2)  # big-endian: numeric order is byte order
+        self.order = np.lexsort((keys[:, 1], keys[:, 0]))
+        self.high = keys[self.order, 0].astype(np.uint64)
+        self.low = keys[self.order, 1].astype(np.uint64)
+        self.ends = np.frombuffer(ends, dtype=np.int64).copy()
+        self.blob = blob
+
+    def __len__(self) -> int:
+        return len(self.high)
+
+    def get(self, digest: bytes) -> str | None:
+        import numpy as np
+
+        high, low = (np.uint64(v) for v in struct.unpack(">QQ", digest))
+        for i in range(np.searchsorted(self.high, high, "left"), np.searchsorted(self.high, high, "right")):
+            if self.low[i] == low:
+                j = int(self.order[i])
+                begin = int(self.ends[j - 1]) if j else 0
+                return self.blob[begin:int(self.ends[j])].decode("utf-8", "surrogatepass")
+        return None
 
 
 def _digest(text: str) -> bytes:

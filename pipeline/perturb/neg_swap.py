@@ -9,7 +9,10 @@ exchange; a ranker (rank.py) chooses.
   empty-slot case of exchanging two colours (data/swaps.json colour_moves).
 - `negclip` (NegCLIP) exchanges whole phrases: two noun phrases with their modifiers ("a small dog chasing a
   big cat" -> "a big cat chasing a small dog"), of one class, at least one with a modifier (without one, the
-  exchange is swap's), and never a text that swap proposes for the same caption. (Exchanging two relations,
+  exchange is swap's), and never a text that swap proposes for the same caption. The modifiers move along, so
+  a symmetric relation or a list between the phrases keeps the scene whatever the modifiers ("an adult elephant
+  walking with a baby elephant"); neither are one thing named twice ("a city bus ... the bus"), a thing named
+  against the other ("another guy") or a thing and what the other is for ("a bird on a bird feeder") exchanged. (Exchanging two relations,
   "a cat on a chair next to a table" -> "a cat next to a chair on a table", was tried and read as nonsense in
   most captions.)
 
@@ -29,6 +32,8 @@ from pipeline.perturb.units import Unit, render, swap_ranges, unit_index, units
 
 SWAP, NEGCLIP = "swap", "negclip"
 NOUN_TAGS = ("NN", "NNS")
+LIST_WORDS = frozenset({"and", "or", ",", "&"})
+RELATIVE_WORDS = frozenset({"another", "other", "others"})
 FREE_ATTRIBUTES = frozenset({"colour", "size"})  # fit any thing of an exchangeable class
 NP_MODIFIERS = frozenset({"det", "amod", "compound", "nummod", "poss", "nmod", "advmod", "case"})
 MAX_CANDIDATES = 24
@@ -365,6 +370,36 @@ def _noun_phrases(doc, lexicon):
             yield token, (start, token.i + 1), modified
 
 
+def _symmetric_phrases(doc, head_a, head_b, span_a, span_b) -> bool:
+    """Exchanging the two whole phrases keeps the scene: a symmetric relation on the dependency path between
+    their nouns ("an adult elephant walking with a baby elephant", "a tall monitor is near a keyboard"), or a
+    list between the phrases ("a computer along with pictures and a lamp", "a laptop with keyboard, mouse").
+    Unlike swap's single nouns, the phrases take their modifiers along, so a modifier does not tell them apart."""
+    relations = swap_rules().symmetric_relations
+    if _coordinated(head_a, head_b) or any(t.lower_ in relations for t in _path(head_a, head_b)):
+        return True
+    (_, end), (start, _) = sorted([span_a, span_b])
+    return any(t.lower_ in LIST_WORDS for t in doc[end:start])
+
+
+def _one_thing_or_its_kind(doc, lexicon, a, b) -> bool:
+    """The two phrases (head, token range) name one thing twice ("a city bus with art on the side of the bus":
+    one of them is "the" and its noun alone), one is named against the other ("one guy showing another guy"),
+    or one names what the other is for ("a bird sitting on a bird feeder"): an exchange gives the same scene or
+    nonsense."""
+    def lemma(token):
+        return _lemma(lexicon, token.lower_, token.tag_ == "NNS")
+
+    for (head, (start, end)), (other, _) in ((a, b), (b, a)):
+        if any(t.lower_ in RELATIVE_WORDS for t in doc[start:end]):
+            return True  # "another guy", "the other animals": named against the first one, they cannot go first
+        if end - start == 2 and doc[start].lower_ == "the" and lemma(head) == lemma(other):
+            return True
+        if any(t.i != head.i and lemma(t) == lemma(other) for t in doc[start:end]):
+            return True
+    return False
+
+
 def negclip_candidates(doc, lexicon, swap_texts=frozenset()) -> list[Candidate]:
     caption, us = doc.text.strip(), units(doc)
     phrases = list(_noun_phrases(doc, lexicon))
@@ -373,10 +408,11 @@ def negclip_candidates(doc, lexicon, swap_texts=frozenset()) -> list[Candidate]:
         for head_b, span_b, mod_b in phrases[i + 1:]:
             if not (mod_a or mod_b) or _object_class(head_a, lexicon) != _object_class(head_b, lexicon):
                 continue
-            if doc[span_a[0]:span_a[1]].text.lower() == doc[span_b[0]:span_b[1]].text.lower():
+            if doc[span_a[0]:span_a[1]].text.lower() == doc[span_b[0]:span_b[1]].text.lower() or \
+                    _one_thing_or_its_kind(doc, lexicon, (head_a, span_a), (head_b, span_b)):
                 continue
-            if head_a.tag_ != head_b.tag_ or not _related_in_text(head_a, head_b) or _symmetric(head_a, head_b) \
-                    or _owned(head_a, head_b, lexicon):
+            if head_a.tag_ != head_b.tag_ or not _related_in_text(head_a, head_b) or \
+                    _symmetric_phrases(doc, head_a, head_b, span_a, span_b) or _owned(head_a, head_b, lexicon):
                 continue
             texts.append(_swap_spans(us, span_a, span_b))
     return _candidates(NEGCLIP, caption, texts, lambda w: _lemma(lexicon, w, True), exclude=swap_texts)

@@ -135,9 +135,9 @@ def _labelled(letter: dict, stage: str, table: str) -> dict:
 def read_captions(pipeline: beam.Pipeline, path: str, stage: str, table: str,
                   bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     """ReadCocoCaptions for one table, the file read and parsed once per pipeline however many tables read it
-    (--stage=all: train_negatives, hard_positives and train_set); each table gets the records, the read counts and
-    the rejected records as its own dead letters. At full size each extra read cost a parse of the whole file in
-    one worker and another 591,753 records held by a local runner between steps."""
+    (train_negatives with LLM negative types: its own table and llm_negatives); each table gets the records, the
+    read counts and the rejected records as its own dead letters. At full size each extra read cost a parse of
+    the whole file in one worker and another 591,753 records held by a local runner between steps."""
     reads = pipeline.__dict__.setdefault("_hardpos_coco_reads", {})
     key = (path, repr(bounds))
     if key not in reads:

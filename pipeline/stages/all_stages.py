@@ -1,42 +1,29 @@
-"""--stage=all: train_negatives, hard_positives and train_set as one pipeline; train_set joins the other two
-stages' rows directly instead of reading their tables back."""
+"""--stage=all: train_negatives, hard_positives and train_set, one pipeline after another into one --output_dir,
+each committed before the next starts; train_set reads back the two tables just committed (pipeline/run.py
+runs the chain).
+
+Three pipelines, not one graph: a local runner (the DirectRunner's FnApiRunner) keeps every PCollection that
+crosses a shuffle in the launcher's memory until its consumer has run, so one graph held the three stages' data
+at once. At 591,753 captions with two worker processes the one graph peaked at 12.3-12.7 GiB and lost elements
+in Beam's runner; the chain peaks at 7.3 GiB and balanced in every run (benchmarks/full_size.py, README "Full
+size"). On Dataflow the chain is three jobs with the same options.
+"""
 from __future__ import annotations
 
-import apache_beam as beam
-
-from pipeline.options import HardposOptions
+from pipeline.options import HardposOptions, UsageError
 from pipeline.stages import hard_positives, train_negatives, train_set
 
-CHAIN = (train_negatives, hard_positives, train_set)
+CHAIN = (("train_negatives", train_negatives), ("hard_positives", hard_positives), ("train_set", train_set))
 
 
 def tables(opts: HardposOptions) -> list[str]:
-    return [t for stage in CHAIN for t in stage.tables(opts)]
+    return [t for _, stage in CHAIN for t in stage.tables(opts)]
 
 
 def check_inputs(opts: HardposOptions) -> None:
+    """Before any work: the inputs of the first two stages (train_set's are their tables, made on the way)."""
+    for flag in ("hard_positives_dir", "train_negatives_dir"):
+        if getattr(opts, flag):
+            raise UsageError(f"--stage=all makes the tables train_set reads, in --output_dir: drop --{flag}")
     train_negatives.check_inputs(opts)
     hard_positives.check_inputs(opts)
-
-
-class _Part(beam.PTransform):
-    """One stage's graph under its own name, so the stages' step labels do not clash."""
-
-    def __init__(self, make):
-        super().__init__()
-        self.make = make
-
-    def expand(self, pbegin):
-        return self.make(pbegin.pipeline)
-
-
-def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    negatives = pipeline | "TrainNegatives" >> _Part(lambda p: train_negatives.build_rows(p, opts))
-    positives = pipeline | "HardPositives" >> _Part(lambda p: hard_positives.build_rows(p, opts))
-    train = pipeline | "TrainSet" >> _Part(
-        lambda p: {"counts": train_set.join(p, opts, positives["rows"], negatives["rows"])})
-    return (negatives["counts"], positives["counts"], train["counts"]) | "ChainCounts" >> beam.Flatten()
-
-
-def report_tables(counts: dict, opts: HardposOptions) -> dict:
-    return {name: section for stage in CHAIN for name, section in stage.report_tables(counts, opts).items()}

@@ -1,18 +1,20 @@
 """Stage train_set: every COCO caption joined with one hard positive and one hard negative.
 
-Read standalone from the hard_positives and train_negatives tables on disk, or, in --stage=all, from the
-other stages' rows in the same pipeline. The positive is the first of --positive_types the caption has, the
+Read from the hard_positives and train_negatives tables on disk (in --stage=all, the ones the chain just
+committed). The positive is the first of --positive_types the caption has, the
 negative the first of --negative_types (its negative 0). A caption with neither, or only one, is a discarded
 dead letter with the reason, so read = rows + discarded + rejected holds per captions file.
 """
 from __future__ import annotations
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
+from pipeline.io.schema import load_schema
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Discard
 from pipeline.sources import coco
@@ -108,9 +110,34 @@ def _inputs(opts: HardposOptions) -> list[tuple[str, str | None, str]]:
     return found
 
 
+# What the join needs of the tables it reads (their rows carry every released column).
+JOIN_COLUMNS = frozenset({"example_id", "positive_type", "hard_positive", "model", "prompt_sha256",
+                          "negative_type", "negative_index", "hard_negative", "generator", "seed"})
+
+
+class _ReadShard(beam.DoFn):
+    """One Parquet shard -> its rows, the join's columns only, a row group at a time. Not beam.io.ReadFromParquet:
+    Beam's DaskRunner cannot run its splittable read."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+
+    def process(self, path: str):
+        with FileSystems.open(path) as f:
+            for batch in pq.ParquetFile(f).iter_batches(columns=self.columns):
+                yield from batch.to_pylist()
+
+
+def _read_table(pipeline: beam.Pipeline, folder: str, table: str):
+    paths = sorted(m.path for m in FileSystems.match([_table_pattern(folder, table)])[0].metadata_list)
+    columns = [c for c in load_schema(table).column_names if c in JOIN_COLUMNS]
+    return (pipeline | f"{table}Shards" >> beam.Create(paths) | f"Spread{table}Shards" >> beam.Reshuffle()
+            | f"Read{table}" >> beam.ParDo(_ReadShard(columns)))
+
+
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    read = {table: pipeline | f"Read{table}" >> beam.io.ReadFromParquet(
-        _table_pattern(folder or opts.output_dir, table)) for _, folder, table in _inputs(opts)}
+    read = {table: _read_table(pipeline, folder or opts.output_dir, table)
+            for _, folder, table in _inputs(opts)}
     negatives = [pcoll for table, pcoll in read.items() if table != "hard_positives"]
     if len(negatives) > 1:
         negatives = negatives | "AllNegatives" >> beam.Flatten()
