@@ -13,9 +13,10 @@
    --direct_num_workers=2 --direct_running_mode=multi_processing, and samples the memory of the launcher and of
    every worker process twice a second. --mode=stages runs train_negatives, hard_positives and train_set as three
    pipelines instead (a wall time per stage; train_set then reads the other two tables back).
-4. Prints per run: wall time, peak RSS of the launcher, of each worker and of all together; per table rows, shards,
+4. Prints per run: wall time, peak RSS of the launcher, of each worker and of all together (for --stage=all also
+   per stage of its chain, from the line pipeline.run prints as each stage commits); per table rows, shards,
    bytes, rows per shard (min/max against --rows_per_shard) and whether the report balances; and writes it all
-   to <work>/full_size.json.
+   to <work>/full_size.json. "MB" here is MiB (2**20 bytes).
 """
 from __future__ import annotations
 
@@ -142,6 +143,7 @@ class MemorySampler(threading.Thread):
         self.pid, self.every = pid, every
         self.peaks: dict[int, dict] = {}
         self.total_peak = 0
+        self.series: list[tuple[float, int, int]] = []  # (time, launcher RSS, all processes' RSS)
         self.stopped = threading.Event()
 
     def run(self):
@@ -153,17 +155,19 @@ class MemorySampler(threading.Thread):
                 procs = [root] + root.children(recursive=True)
             except psutil.NoSuchProcess:
                 return
-            total = 0
+            total = launcher = 0
             for p in procs:
                 try:
                     rss = p.memory_info().rss
                     if p.pid not in self.peaks:
-                        self.peaks[p.pid] = {"cmd": " ".join(p.cmdline())[:160], "rss": 0}
+                        self.peaks[p.pid] = {"cmd": " ".join(p.cmdline())[:160], "rss": 0, "first_seen": time.time()}
                 except psutil.Error:
                     continue
                 total += rss
+                launcher = rss if p.pid == self.pid else launcher
                 self.peaks[p.pid]["rss"] = max(self.peaks[p.pid]["rss"], rss)
             self.total_peak = max(self.total_peak, total)
+            self.series.append((time.time(), launcher, total))
             self.stopped.wait(self.every)
 
 
@@ -185,7 +189,26 @@ def run_stage(args: list[str], log: Path) -> dict:
             "worker_peak_rss_mb": sorted(round(p["rss"] / 2**20) for p in workers.values()),
             "other_processes": {p["cmd"][:60]: round(p["rss"] / 2**20) for pid, p in sampler.peaks.items()
                                 if pid != proc.pid and pid not in workers},
-            "all_processes_peak_rss_mb": round(sampler.total_peak / 2**20), "log": str(log)}
+            "all_processes_peak_rss_mb": round(sampler.total_peak / 2**20), "log": str(log),
+            "chain": chain_stages(log, sampler, workers)}
+
+
+CHAIN_LINE = re.compile(r"--stage=all: (\w+) committed in ([\d.]+) s \(at ([\d.]+)\)")
+
+
+def chain_stages(log: Path, sampler: MemorySampler, workers: dict) -> list[dict]:
+    """--stage=all's stages, from the lines pipeline.run prints as each commits: wall time, and the launcher's,
+    each worker's and all processes' peaks within the stage's time (every stage starts its own workers)."""
+    found = []
+    for stage, seconds, end in CHAIN_LINE.findall(log.read_text(errors="replace")):
+        end, seconds = float(end), float(seconds)
+        inside = [(rss, total) for t, rss, total in sampler.series if end - seconds <= t <= end]
+        found.append({"stage": stage, "wall_s": seconds,
+                      "launcher_peak_rss_mb": round(max((r for r, _ in inside), default=0) / 2**20),
+                      "worker_peak_rss_mb": sorted(round(p["rss"] / 2**20) for p in workers.values()
+                                                   if end - seconds <= p["first_seen"] <= end),
+                      "all_processes_peak_rss_mb": round(max((t for _, t in inside), default=0) / 2**20)})
+    return found
 
 
 def tables_of(output_dir: Path) -> dict:
@@ -236,6 +259,10 @@ def main(argv=None) -> int:
         print(f"\n== {name}: exit {result['exit']}, wall {result['wall_s']:,} s, peak RSS launcher "
               f"{result['launcher_peak_rss_mb']:,} MB, workers {result['worker_peak_rss_mb']} MB, all processes "
               f"{result['all_processes_peak_rss_mb']:,} MB", flush=True)
+        for part in result["chain"]:
+            print(f"   {part['stage']}: wall {part['wall_s']:,} s, peak RSS launcher "
+                  f"{part['launcher_peak_rss_mb']:,} MB, workers {part['worker_peak_rss_mb']} MB, all processes "
+                  f"{part['all_processes_peak_rss_mb']:,} MB")
         if result["exit"] != 0:
             print(Path(result["log"]).read_text()[-3000:])
             break

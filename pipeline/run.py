@@ -170,17 +170,30 @@ def _run_chain(options: PipelineOptions, opts: HardposOptions, chain) -> dict:
     stops the chain, what was committed before it stays. Returns the report of the chain's tables."""
     name = opts.stage
     tables, inputs = {}, {}
-    for sub, _ in chain:
-        opts.stage = sub
-        try:
-            report = run(options, opts)
-        finally:
-            opts.stage = name
-        tables.update(report["tables"])
-        inputs.update(report["inputs"])
-        _release_memory()
+    with ProgressPrinter(opts.progress_seconds):
+        for sub, _ in chain:
+            report = _run_link(options, opts, name, sub)
+            tables.update(report["tables"])
+            inputs.update(report["inputs"])
     return {"stage": name, "output_dir": opts.output_dir, "inputs": inputs, "tables": tables,
             "report_path": report["report_path"]}
+
+
+def _run_link(options: PipelineOptions, opts: HardposOptions, name: str, sub: str) -> dict:
+    """One stage of the chain `name`, run and committed; the launcher's freed heap handed back after it."""
+    opts.stage = sub
+    # Only train_set reads tables, the ones the chain committed (a stage before it would list them as inputs).
+    opts.hard_positives_dir = opts.train_negatives_dir = opts.output_dir if sub == "train_set" else None
+    started = time.monotonic()
+    try:
+        report = run(options, opts)
+    finally:
+        opts.stage = name
+    # benchmarks/full_size.py reads these lines to give each stage its time and memory
+    print(f"--stage={name}: {sub} committed in {time.monotonic() - started:.1f} s (at {time.time():.1f})",
+          file=sys.stderr, flush=True)
+    _release_memory()
+    return report
 
 
 def _release_memory() -> None:

@@ -112,7 +112,11 @@ def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | N
 
 
 class ProgressPrinter:
-    """Context manager for a local run: sets HARDPOS_PROGRESS_DIR and prints a line every `seconds`."""
+    """Context manager for a local run: sets HARDPOS_PROGRESS_DIR and prints a line every `seconds`. Inside another
+    one (--stage=all's chain of pipelines) it does nothing: the outer printer counts every pipeline's rows, so
+    the lines keep growing from stage to stage instead of starting again at zero."""
+
+    _active = 0  # printers running in this process
 
     def __init__(self, seconds: float, stream=None):
         self.seconds = seconds
@@ -123,8 +127,9 @@ class ProgressPrinter:
         self._previous_env = None
 
     def __enter__(self):
-        if self.seconds <= 0:
+        if self.seconds <= 0 or ProgressPrinter._active:
             return self
+        ProgressPrinter._active += 1
         import tempfile
 
         self._tmp = tempfile.TemporaryDirectory(prefix="hardpos-progress-")
@@ -152,6 +157,7 @@ class ProgressPrinter:
     def __exit__(self, *exc):
         if self._thread is None:
             return False
+        ProgressPrinter._active -= 1
         self._stop.set()
         self._thread.join()
         if self._previous_env is None:
