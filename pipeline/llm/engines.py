@@ -307,8 +307,7 @@ class _AnswerDigests:
         """(line, first line) of the earliest answer that differs from an earlier answer to its prompt."""
         import numpy as np
 
-        prompts = np.frombuffer(bytes(self.prompts), dtype=">u8").reshape(-1, 2)
-        answers = np.frombuffer(bytes(self.answers), dtype=">u8").reshape(-1, 2)
+        prompts, answers = _digest_pairs(bytes(self.prompts)), _digest_pairs(bytes(self.answers))
         lines = np.frombuffer(self.lines, dtype=np.int64)
         order = np.lexsort((lines, prompts[:, 1], prompts[:, 0]))  # by prompt, then by line
         p, a, n = prompts[order], answers[order], lines[order]
@@ -348,7 +347,7 @@ class ReplayAnswers:
     def __init__(self, digests: bytes, blob: bytes, ends):
         import numpy as np
 
-        keys = np.frombuffer(digests, dtype=">u8").reshape(-1, 2)  # big-endian: numeric order is byte order
+        keys = _digest_pairs(digests)
         self.order = np.lexsort((keys[:, 1], keys[:, 0]))
         self.high = keys[self.order, 0].astype(np.uint64)
         self.low = keys[self.order, 1].astype(np.uint64)
@@ -372,3 +371,10 @@ class ReplayAnswers:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _digest_pairs(digests: bytes):
+    """Packed 16-byte digests as an (n, 2) array of big-endian uint64: numeric order is their byte order."""
+    import numpy as np
+
+    return np.frombuffer(digests, dtype=">u8").reshape(-1, 2)

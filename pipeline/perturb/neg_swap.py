@@ -12,9 +12,9 @@ exchange; a ranker (rank.py) chooses.
   exchange is swap's), and never a text that swap proposes for the same caption. The modifiers move along, so
   a symmetric relation or a list between the phrases keeps the scene whatever the modifiers ("an adult elephant
   walking with a baby elephant"); neither are one thing named twice ("a city bus ... the bus"), a thing named
-  against the other ("another guy") or a thing and what the other is for ("a bird on a bird feeder") exchanged. (Exchanging two relations,
-  "a cat on a chair next to a table" -> "a cat next to a chair on a table", was tried and read as nonsense in
-  most captions.)
+  against the other ("another guy") or a thing and what the other is for ("a bird on a bird feeder")
+  exchanged. (Exchanging two relations, "a cat on a chair next to a table" -> "a cat next to a chair on a
+  table", was tried and read as nonsense in most captions.)
 
 Never exchanged, because the result keeps the scene (a hard *positive*, the paper's point) or is nonsense:
 the conjuncts of one coordination ("a dog and a cat", "black and white"); two things related by a symmetric

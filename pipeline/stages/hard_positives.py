@@ -34,11 +34,7 @@ def check_inputs(opts: HardposOptions) -> None:
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    return build_rows(pipeline, opts)["counts"]
-
-
-def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
-    """The stage's graph; returns {"rows": accepted rows, "counts": report counts} (train_set joins the rows)."""
+    """The stage's graph, returning its report counts."""
     return build_rewrites(pipeline, opts, spec(opts))
 
 

@@ -31,7 +31,7 @@ def check_inputs(opts: HardposOptions, stage: str) -> None:
     check_llm_options(opts, stage)
 
 
-def build_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, types: list[str]) -> dict:
+def build(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, types: list[str]):
     return build_rewrites(pipeline, opts, spec(stage, types))
 
 

@@ -238,9 +238,9 @@ def _has_chat_template(model: str | None) -> bool:
         return False
 
 
-def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec) -> dict:
-    """The graph of one LLM table; returns {"rows": accepted rows, "counts": report counts}. Step labels carry
-    the table, so several of these run in one pipeline."""
+def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec):
+    """The graph of one LLM table; returns its report counts. Step labels carry the table, so several of these
+    run in one pipeline."""
     label = spec.label
     base = base_sampling(opts)
     model = model_name(opts)
@@ -292,7 +292,7 @@ def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteS
         | f"LlmAll{label}" >> beam.Flatten()
     )
     counts = (written, extra) | f"AllCounts{label}" >> beam.Flatten()
-    return {"rows": decided.rows, "counts": counts}
+    return counts
 
 
 def report_section(counts: dict, opts: HardposOptions, spec: RewriteSpec) -> dict:

@@ -117,24 +117,16 @@ def check_inputs(opts: HardposOptions) -> None:
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    return build_rows(pipeline, opts)["counts"]
-
-
-def build_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
-    """The stage's graph; returns {"rows": negative rows, "counts": report counts} (train_set joins the rows):
-    the rule-based table and, for LLM types, llm_negatives."""
+    """The stage's graph, returning its report counts: the rule-based table and, for LLM types, llm_negatives."""
     parts = []
     if rule_types(opts):
-        parts.append(_rule_rows(pipeline, opts))
+        parts.append(_rule_table(pipeline, opts))
     if llm_negatives.llm_types(negative_types(opts)):
-        parts.append(llm_negatives.build_rows(pipeline, opts, STAGE, negative_types(opts)))
-    if len(parts) == 1:
-        return parts[0]
-    return {"rows": [p["rows"] for p in parts] | "AllNegativeRows" >> beam.Flatten(),
-            "counts": [p["counts"] for p in parts] | "AllNegativeCounts" >> beam.Flatten()}
+        parts.append(llm_negatives.build(pipeline, opts, STAGE, negative_types(opts)))
+    return parts[0] if len(parts) == 1 else parts | "AllNegativeCounts" >> beam.Flatten()
 
 
-def _rule_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
+def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
     types = rule_types(opts)
     fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size,
                           opts.negative_ranker, opts.ranker_model, opts.ranker_device, opts.ranker_batch_size)
@@ -147,8 +139,7 @@ def _rule_rows(pipeline: beam.Pipeline, opts: HardposOptions) -> dict:
     corpus = outputs["corpus"] | "CorpusFigures" >> beam.FlatMap(
         lambda m: [(("corpus", TABLE, "captions"), m.captions), (("corpus", TABLE, "words"), len(m.vocabulary) - 3),
                    (("corpus", TABLE, "trigrams"), len(m.keys3))])
-    counts = (written, corpus) | "TableCounts" >> beam.Flatten()
-    return {"rows": outputs["rows"], "counts": counts}
+    return (written, corpus) | "TableCounts" >> beam.Flatten()
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
