@@ -5,7 +5,7 @@ runs the chain).
 Three pipelines, not one graph: a local runner (the DirectRunner's FnApiRunner) keeps every PCollection that
 crosses a shuffle in the launcher's memory until its consumer has run, so one graph held the three stages' data
 at once. At 591,753 captions with two worker processes the one graph peaked at 12.3-12.7 GiB and lost elements
-in Beam's runner; the chain peaks at 7.3 GiB and balanced in every run (benchmarks/full_size.py, README "Full
+in Beam's runner; the chain peaks at 7.3-7.4 GiB and balanced in every run (benchmarks/full_size.py, README "Full
 size"). On Dataflow the chain is three jobs with the same options.
 """
 from __future__ import annotations
