@@ -75,6 +75,11 @@ def _symmetric(a, b) -> bool:
         return True
     if a.tag_ != b.tag_ or _distinguished(a, b) or _distinguished(b, a):
         return False
+    return _symmetric_path(a, b)
+
+
+def _symmetric_path(a, b) -> bool:
+    """A symmetric relation ("next", "with", "near", "facing") on the dependency path between a and b."""
     relations = swap_rules().symmetric_relations
     return any(t.lower_ in relations for t in _path(a, b))
 
@@ -375,8 +380,7 @@ def _symmetric_phrases(doc, head_a, head_b, span_a, span_b) -> bool:
     their nouns ("an adult elephant walking with a baby elephant", "a tall monitor is near a keyboard"), or a
     list between the phrases ("a computer along with pictures and a lamp", "a laptop with keyboard, mouse").
     Unlike swap's single nouns, the phrases take their modifiers along, so a modifier does not tell them apart."""
-    relations = swap_rules().symmetric_relations
-    if _coordinated(head_a, head_b) or any(t.lower_ in relations for t in _path(head_a, head_b)):
+    if _coordinated(head_a, head_b) or _symmetric_path(head_a, head_b):
         return True
     (_, end), (start, _) = sorted([span_a, span_b])
     return any(t.lower_ in LIST_WORDS for t in doc[end:start])
