@@ -46,6 +46,31 @@ def test_merging_partial_counts_equals_counting_once():
     assert pickle.loads(pickle.dumps(whole)).fingerprint() == whole.fingerprint()
 
 
+def test_the_words_of_each_image_are_kept_whatever_the_split():
+    """Which words the captions of one photo use: any split of the captions, merged in any order, gives the
+    same table; a word of another photo is not this one's."""
+    images = [(c, k % 3) for k, c in enumerate(CAPTIONS)]
+    whole = CorpusCounts()
+    for c, image in images:
+        whole.add(c, image)
+    whole = whole.model()
+    for seed in range(3):
+        order = images[:]
+        random.Random(seed).shuffle(order)
+        left, right = CorpusCounts(), CorpusCounts()
+        for c, image in order[:4]:
+            left.add(c, image)
+        for c, image in order[4:]:
+            right.add(c, image)
+        merged = right.merge(left).model()
+        assert merged.fingerprint() == whole.fingerprint()
+    # image 0: captions 0, 3, 6 (dog chasing cat; man riding horse; cat chasing mouse)
+    assert whole.image_names(0, ["horse"]) and whole.image_names(0, ["Mouse"])
+    assert not whole.image_names(1, ["horse"]) and not whole.image_names(0, ["umbrella"])
+    assert not whole.image_names(None, ["horse"]) and not model_of(CAPTIONS).image_names(0, ["horse"])
+    assert pickle.loads(pickle.dumps(whole)).image_names(0, ["horse"])
+
+
 def test_the_trigram_model_is_a_distribution():
     """P(w | u v), the interpolation CorpusModel.logprobs computes, sums to 1 over every word id (the unknown
     word included), after a seen context and an unseen one."""

@@ -395,3 +395,20 @@ def test_the_language_model_ranker_runs_in_the_stage(coco, tmp_path):
 def test_a_ranker_model_that_is_not_there_fails_fast(coco, tmp_path, capsys):
     assert main(negatives_args(tmp_path, coco, "--negative_ranker=lm", "--ranker_model=/no/such/model.gguf")) == 2
     assert "--ranker_model" in capsys.readouterr().err
+
+
+def test_replace_never_names_what_another_caption_of_the_same_photo_names(tmp_path):
+    """Through the stage: the first pass keeps each photo's words, and the caption's image id reaches the
+    generator. Photo 1's other caption names a sink, photo 2's does not: only photo 2 gets "a sink and toilet"."""
+    tub = "a tub and toilet in a small bathroom"
+    captions = [(1, tub), (1, "a bathroom with a sink and a tub"), (2, tub), (2, "a bathroom with a mirror"),
+                (3, "a sink in a bathroom"), (3, "a sink and a mirror")]
+    coco = tmp_path / FILE
+    coco.write_text(json.dumps({"images": [image(i) for i in (1, 2, 3)],
+                                "annotations": [{"image_id": 500 + i, "id": 100 + k, "caption": c}
+                                                for k, (i, c) in enumerate(captions)]}))
+    out = tmp_path / "out"
+    assert main(negatives_args(out, coco, "--negative_types=replace", "--negatives_per_caption=40")) == 0
+    sinks = {r["image_id"] for r in rows_of(out, "train_negatives")
+             if r["caption"] == tub and "sink" in r["hard_negative"]}
+    assert sinks == {502}

@@ -18,8 +18,10 @@ from pipeline.perturb.rank import choose
 # from the sense keys (ranking), options inflected when chosen. replace/3, swap/2, negclip/2: every legal
 # candidate proposed (corpus vocabulary, compounds from the parse, like with like, near-synonyms and
 # physically impossible relations excluded), one emitted by the ranker. swap/3 and negclip/3: colour moves,
-# no thing exchanged with its part, an adjective left only on a noun the captions use it with.
-VERSIONS = {"replace": 3, "swap": 3, "negclip": 3}
+# no thing exchanged with its part, an adjective left only on a noun the captions use it with. replace/4: no
+# thing the caption names twice, no colour its noun already has, no act ("performing a stunt") replaced, no
+# verb by one it entails, "fly" only for aircraft, no object or action another caption of the same image names.
+VERSIONS = {"replace": 4, "swap": 3, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {
@@ -112,9 +114,9 @@ class Generators:
         wordnet = load_wordnet()
         return cls(negative_types, Lexicon(wordnet), Inflector.from_wordnet(wordnet))
 
-    def propose(self, doc, corpus=None) -> dict[str, list[tuple[Candidate, str | None]]]:
-        """Every legal candidate of each ranked type for one caption. negclip never proposes a text that swap
-        proposes: the two types target different things."""
+    def propose(self, doc, corpus=None, image=None) -> dict[str, list[tuple[Candidate, str | None]]]:
+        """Every legal candidate of each ranked type for one caption (of photo `image`, None if unknown). negclip
+        never proposes a text that swap proposes: the two types target different things."""
         found = {}
         swap_texts = frozenset()
         if "swap" in self.negative_types or "negclip" in self.negative_types:
@@ -125,16 +127,20 @@ class Generators:
         if "negclip" in self.negative_types:
             found["negclip"] = [(c, None) for c in neg_swap.negclip_candidates(doc, self.lexicon, swap_texts)]
         if "replace" in self.negative_types:
-            found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus)
+            named = corpus.image_words_of(image) if corpus is not None and image is not None else None
+            found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus,
+                                                              image_words=named)
         caption = doc.text.strip()
         return {t: [(c, a) for c, a in items if t == "replace" or not surface_problems(caption, c.text)]
                 for t, items in found.items()}
 
     def negatives(self, docs: list, example_ids: list[str], seed: int, n: int, corpus=None,
-                  scorer=None) -> list[dict[str, list[Choice]]]:
+                  scorer=None, images: list | None = None) -> list[dict[str, list[Choice]]]:
         """Per caption, up to n Choices per negative type: ranked types by the scorer's log-probability drop
-        (one group per caption: the caption and all its candidates), or at random without a scorer."""
-        proposals = [self.propose(doc, corpus) for doc in docs]
+        (one group per caption: the caption and all its candidates), or at random without a scorer. `images`:
+        each caption's image id, so replace never names what another caption of that photo names."""
+        images = images if images is not None else [None] * len(docs)
+        proposals = [self.propose(doc, corpus, image) for doc, image in zip(docs, images, strict=True)]
         scores = [None] * len(docs)
         if scorer is not None:
             groups = [(doc.text.strip(), [c for t in p.values() for c, _ in t]) for doc, p in

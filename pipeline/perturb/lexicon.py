@@ -26,7 +26,7 @@ COLOURS = ("black", "white", "red", "blue", "green", "yellow", "orange", "pink",
            "silver", "gold")
 # Words that name a relation, a frame or a quantity rather than a thing in the picture.
 NOT_REPLACED = frozenset("""
-top front side back middle bottom lot lots couple group bunch pair piece kind type sort variety number
+top front side back middle mid bottom lot lots couple group bunch pair piece kind type sort variety number
 view picture image photo photograph shot closeup close background foreground area way edge corner end part
 line row set one other thing things something it day time while many several few same different various
 people person
@@ -76,6 +76,7 @@ class Lexicon:
                     self.common_synsets.add((SYNSET_POS[rest[:1]], int(offset)))
         self.senses = lru_cache(maxsize=200_000)(self._senses)
         self.ancestors = lru_cache(maxsize=200_000)(self._ancestors)
+        self.lineage = lru_cache(maxsize=200_000)(lambda synset: self.ancestors(synset) | {synset})
         # Bounded by the vocabulary, not by the input size.
         self.lemma = lru_cache(maxsize=200_000)(self._lemma)
         self.count = lru_cache(maxsize=200_000)(self._count)
@@ -151,7 +152,9 @@ class Lexicon:
             for y in senses_b:
                 if x in self.ancestors(y) or y in self.ancestors(x):
                     return True
-                if pos == NOUN and self.wup(x, y) >= NEAR_SYNONYM_WUP:
+                # wup <= 2 min(d) / (d(x) + d(y)): senses of unequal depth never reach the threshold
+                if pos == NOUN and 2 * min(self.depth(x), self.depth(y)) / (self.depth(x) + self.depth(y)) >= \
+                        NEAR_SYNONYM_WUP and self.wup(x, y) >= NEAR_SYNONYM_WUP:
                     return True
         return False
 
@@ -159,11 +162,10 @@ class Lexicon:
         """Wu-Palmer similarity of two noun senses, 2 d(lcs) / (d(x) + d(y)) with d the depth from WordNet's
         root counting the sense itself, from cached depths (NLTK's wup_similarity re-reads the database
         version from disk on every call)."""
-        common = (self.ancestors(x) | {x}) & (self.ancestors(y) | {y})
+        common = self.lineage(x) & self.lineage(y)
         if not common:
             return 0.0
-        lcs = max(common, key=lambda s: (self.depth(s), s.name()))
-        return 2 * self.depth(lcs) / (self.depth(x) + self.depth(y))
+        return 2 * max(self.depth(s) for s in common) / (self.depth(x) + self.depth(y))
 
     def _dominant_senses(self, lemma: str, pos: str) -> list:
         senses = [s for s in self.wn.synsets(lemma, pos) if lemma in s.lemma_names()]

@@ -14,6 +14,10 @@ replace_candidates() proposes every legal candidate, for a ranker (rank.py) to c
   the same class ("surfboard" never becomes "foil", "bowl" never "boat");
 - a preposition changes only where the new relation is physically possible for that object and verb, and not
   inside an idiom ("in the air", "on the phone"), as data/prepositions.json says.
+- what the caption says twice stays: a thing it names again as its group or with "the", a colour its noun
+  already has; the object of an act verb ("performing a stunt") is no thing to replace;
+- a new object or action that another caption of the same photo names is never used (`image_words`): it may
+  well be true of the photo.
 Needs spaCy's tagger and parser.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.perturb.candidates import Candidate, coarse_pos
+from pipeline.perturb.corpus import word_key
 from pipeline.perturb.inflect import Inflector
 from pipeline.perturb.lexicon import ADJ, NOUN, VERB, VISUAL_LEXNAMES, Lexicon
 from pipeline.perturb.rule_data import prepositions, replacements, swap_rules, verb_contrasts, verb_objects
@@ -41,6 +46,9 @@ PRONOUN_WORDS = frozenset("he him his himself she her hers herself".split())
 # Adjectives said of people and animals only ("old furniture" never becomes "young furniture").
 ANIMATE_ONLY = frozenset("young adult dead alive happy sad hungry asleep awake male female sleepy angry".split())
 NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
+# Verbs whose object is an act ("doing a flip", "performing a stunt"): that noun is no thing in the picture,
+# whatever rare sense WordNet gives it ("flip" the drink, "stunt" the animal).
+ACT_VERBS = frozenset("do perform attempt execute".split())
 
 
 def _contrasts() -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -208,7 +216,15 @@ def _options(lexicon: Lexicon, lemma: str, pos: str, word: str) -> tuple[str, ..
     - a person: the contrasts of data/replacements.json (man -> woman, boy, girl; never a role);
     - another noun: the other words of its contrast sets (data/replacements.json: "car" -> "truck", "bus"),
       or, in no set, WordNet co-hyponyms of the same object class (data/swaps.json);
-    - an adjective: WordNet antonyms, or another colour."""
+    - an adjective: WordNet antonyms, or another colour.
+    Kept per lexicon: asked for every word of every caption, and it depends on nothing else."""
+    cache = lexicon.__dict__.setdefault("replace_options", {})
+    if (lemma, pos, word) not in cache:
+        cache[lemma, pos, word] = _find_options(lexicon, lemma, pos, word)
+    return cache[lemma, pos, word]
+
+
+def _find_options(lexicon: Lexicon, lemma: str, pos: str, word: str) -> tuple[str, ...]:
     if pos == VERB:
         found = sorted(verb_contrasts().get(lemma, ()), key=lambda v: (-lexicon.count(v, VERB), v))
     elif pos == NOUN:
@@ -284,6 +300,7 @@ def _number_atoms(tokens: Tokens, taken: set[int]):
 def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
     """(start, end, replacement lemmas, atom kind, Penn tag to inflect to) per replaceable word."""
     tags = tokens.tags
+    mentions = _mentions(tokens, lexicon)
     for i, tag in enumerate(tags):
         upos = coarse_pos(tag)
         if i in taken or upos not in ATOM_POS or not tokens.alpha[i] or tokens.stop[i]:
@@ -298,6 +315,11 @@ def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
         if pos == NOUN and object_class(lexicon, word) == "person" and \
                 any(tokens.tags[j] == "PRP$" for j in tokens.children(i, ("poss",))):
             continue  # "a mother and her children": a relation to someone, not a person to replace
+        if pos == NOUN and tokens.deps[i] == "dobj" and \
+                lexicon.lemma(tokens.lower[tokens.heads[i]], VERB) in ACT_VERBS:
+            continue  # "performing a stunt" never becomes "performing a male"
+        if pos == NOUN and _named_elsewhere(tokens, i, mentions):
+            continue  # "elephants, including a baby elephant" -> "sheep, including a baby elephant"
         if pos == ADJ and tag != "JJ":  # comparatives and superlatives do not inflect back
             continue
         if pos == VERB and (tokens.deps[i] not in VERB_ROLES or not _animate_subject(tokens, i, lexicon)):
@@ -310,6 +332,44 @@ def _word_atoms(tokens: Tokens, lexicon: Lexicon, taken: set[int]):
         options = _options(lexicon, lemma, pos, word)
         if options:
             yield i, i + 1, options, atom, tag
+
+
+def _mentions(tokens: Tokens, lexicon: Lexicon) -> dict[str, list[int]]:
+    """noun lemma -> the tokens that name it (compound modifiers aside: "a tv on a tv stand")."""
+    found: dict[str, list[int]] = {}
+    for j, w in enumerate(tokens.lower):
+        if tokens.tags[j] in ("NN", "NNS") and tokens.deps[j] != "compound":
+            found.setdefault(lexicon.noun_lemma(w, tokens.tags[j] == "NNS") or w, []).append(j)
+    return found
+
+
+def _named_elsewhere(tokens: Tokens, i: int, mentions: dict[str, list[int]]) -> bool:
+    """The noun at i and another mention name the same thing: one is the group the other belongs to
+    ("elephants, including a baby elephant") or the later one says "the" ("three beds ... in the bed").
+    Replacing one mention leaves the other, and the caption contradicts itself rather than the picture. Two
+    things of one kind ("a man ... another man", "a sheep near other sheep", "an adult elephant ... a baby
+    elephant") are not that."""
+    same = next((m for m in mentions.values() if i in m), ())
+    for j in same:
+        if j == i:
+            continue
+        if any(tokens.lower[d] in ("other", "another") for k in (i, j) for d in tokens.children(k, ("det", "amod"))):
+            continue  # "a sheep near other sheep": two things
+        later = max(i, j)
+        if tokens.tags[j] != tokens.tags[i] or \
+                any(tokens.lower[d] == "the" for d in tokens.children(later, ("det",))):
+            return True
+    return False
+
+
+def _modified_noun(tokens: Tokens, i: int) -> int:
+    """The noun an adjective describes, through a list of adjectives ("red, white and black bus")."""
+    j = i
+    for _ in range(8):
+        if tokens.tags[j] in NOUN_TAGS or tokens.deps[j] not in ("amod", "conj", "compound") or tokens.heads[j] == j:
+            return j
+        j = tokens.heads[j]
+    return j
 
 
 def _describes_living(tokens: Tokens, i: int, lexicon: Lexicon) -> bool:
@@ -350,6 +410,12 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
             return False
     if atom == "attribute" and new in ANIMATE_ONLY and not _describes_living(tokens, start, lexicon):
         return False
+    if atom == "attribute" and end - start == 1 and coarse_pos(tokens.tags[start]) == "ADJ":
+        noun = _modified_noun(tokens, start)
+        if any(w == new and j != start and _modified_noun(tokens, j) == noun for j, w in enumerate(tokens.lower)):
+            return False  # "a red white and black bus" never becomes "a black white and black bus"
+        if end < len(tokens.tags) and tokens.tags[end].startswith("JJ") and corpus.bigram(new, tokens.lower[end]) == 0:
+            return False  # "a small cramped bathroom": "large cramped" is never said
     if atom == "object":
         lemma = lexicon.lemma(new, NOUN) or new
         if any(j != start and lexicon.near_synonyms(other, lemma, NOUN) for j, other in nouns):
@@ -408,11 +474,42 @@ def _replaced(caption: str, tokens: Tokens, start: int, end: int, new: str) -> C
                      new_span, span_start, span_end)
 
 
+def _forms(inflector: Inflector, lexicon: Lexicon, new: str, pos: str) -> tuple[int, ...]:
+    """The corpus word_keys of the forms another caption could use: "sink", "sinks"; "sit", "sits", "sitting",
+    "sat". Kept per lexicon: the same few hundred replacements come up in every batch."""
+    cache = lexicon.__dict__.setdefault("replacement_forms", {})
+    if (new, pos) not in cache:
+        lemma = lexicon.lemma(new, pos) or new
+        if pos == NOUN:
+            forms = {new, lemma, inflector.plural(lemma)}
+        else:
+            forms = {new, lemma, *(inflector.verb(lemma, tag) for tag in ("VBZ", "VBG", "VBD", "VBN"))}
+        cache[new, pos] = tuple(word_key(f) for f in sorted(forms))
+    return cache[new, pos]
+
+
+def _named_for_image(named: frozenset[int] | None, inflector: Inflector, lexicon: Lexicon, tokens: Tokens,
+                     start: int, new: str, atom: str) -> bool:
+    """A new object or action that a caption of the same photo names (`named`: the photo's word_keys): the
+    negative may be true of the photo."""
+    if not named:
+        return False
+    if atom == "object":
+        pos = NOUN
+    elif atom == "relation" and coarse_pos(tokens.tags[start]) == "VERB":
+        pos = VERB
+    else:
+        return False
+    return any(k in named for k in _forms(inflector, lexicon, new, pos))
+
+
 def replace_candidates(doc, lexicon: Lexicon, inflector: Inflector, corpus=None,
-                       limit: int = MAX_CANDIDATES) -> list[tuple[Candidate, str]]:
+                       limit: int = MAX_CANDIDATES, image_words: frozenset[int] | None = None
+                       ) -> list[tuple[Candidate, str]]:
     """Every legal (candidate, atom kind) pair, up to `limit`, atoms taken round-robin so each is represented.
     `corpus` (corpus.CorpusModel of the input captions) holds the vocabulary and bigrams a replacement must
-    fit (None: no corpus check)."""
+    fit (None: no corpus check); `image_words` the word_keys of what the captions of this caption's photo name
+    (corpus.image_words_of; None: unknown)."""
     tokens = Tokens.of(doc)
     caption = tokens.caption
     atoms = [(s, e, opts, "relation", None) for s, e, opts in _preposition_atoms(tokens, lexicon)]
@@ -449,6 +546,8 @@ def replace_candidates(doc, lexicon: Lexicon, inflector: Inflector, corpus=None,
             if any(lexicon.shares_synset(a, b) for a in tokens.lower[start:end] if a not in STOP_ARTICLES
                    for b in new.lower().split() if b not in STOP_ARTICLES):
                 continue
+            if _named_for_image(image_words, inflector, lexicon, tokens, start, new, atom):
+                continue  # "a tub and toilet" -> "a sink and toilet" where another caption says "sink"
             seen.add(candidate.text)
             found.append((candidate, atom))
     return found

@@ -93,12 +93,14 @@ def verb_objects() -> dict[str, frozenset[str]]:
 
 @cache
 def verb_contrasts() -> dict[str, tuple[str, ...]]:
-    """verb lemma -> the verbs of its groups (data/verbs.json), in the file's order, itself excluded."""
+    """verb lemma -> the verbs of its groups (data/verbs.json), in the file's order, itself and the verbs it is
+    "entailed" with excluded."""
     raw, _ = _load("verbs.json")
+    entailed = {frozenset(pair) for pair in raw.get("entailed", ())}
     contrasts: dict[str, list[str]] = {}
     for group in raw["groups"].values():  # noqa: B007
         for verb in group:
-            contrasts.setdefault(verb, []).extend(v for v in group if v != verb)
+            contrasts.setdefault(verb, []).extend(v for v in group if v != verb and frozenset((verb, v)) not in entailed)
     return {v: tuple(dict.fromkeys(c)) for v, c in contrasts.items()}
 
 

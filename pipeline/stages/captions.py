@@ -67,13 +67,13 @@ class CaptionRowsFn(beam.DoFn):
 
 
 class CountCorpus(beam.CombineFn):
-    """Caption records -> the CorpusModel of their captions (vocabulary and trigram counts)."""
+    """Caption records -> the CorpusModel of their captions (vocabulary, trigram counts, words per image)."""
 
     def create_accumulator(self):
         return CorpusCounts()
 
     def add_input(self, counts, record):
-        counts.add(record["caption"])
+        counts.add(record["caption"], record.get("image_id"))
         return counts
 
     def merge_accumulators(self, accumulators):

@@ -60,7 +60,7 @@ class MakeNegativeRows(CaptionRowsFn):
 
     def batch_rows(self, records, docs, corpus):
         found = self.generators.negatives(docs, [r["example_id"] for r in records], self.seed, self.per_caption,
-                                          corpus, self._scorer(corpus))
+                                          corpus, self._scorer(corpus), [r.get("image_id") for r in records])
         out = []
         for record, by_type in zip(records, found, strict=True):
             rows = []
