@@ -14,8 +14,8 @@
 3. Prints the judged table once labels are filled in (valid = all three), the table of a second reader's blind
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
    (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
-   (--exchanges), and the automatic figures on the whole file: yield per type, rare-word share, identical
-   swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
+   (--exchanges), a third reader's blind read of replace (--replace_reread), and the automatic figures on the
+   whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
    `pipeline.checks.negatives`.
 """
 from __future__ import annotations
@@ -129,6 +129,9 @@ def main() -> int:
                         help="a second reader's labels on rows of other captions, printed as a second table")
     parser.add_argument("--colour_moves", default=str(REPO / "benchmarks" / "judged" / "colour_moves.jsonl"),
                         help="labelled colour-move rows of swap, read apart from the sample")
+    parser.add_argument("--replace_reread", default=str(REPO / "benchmarks" / "judged" / "replace_reread.jsonl"),
+                        help="a third reader's blind labels on replace rows of other captions, with rows of "
+                             "--reread mixed in (calibration: true) to compare the two readers")
     parser.add_argument("--exchanges", default=str(REPO / "benchmarks" / "judged" / "exchanges_reread.jsonl"),
                         help="a blind reader's labels on swap exchanges and negclip rows of other captions")
     parser.add_argument("--ranker", default="ngram", choices=("ngram", "lm", "none"))
@@ -159,6 +162,15 @@ def main() -> int:
         judged_table([json.loads(line) for line in moves_reread.read_text(encoding="utf-8").splitlines()
                       if line.strip()], f"the same, re-read blind by a second reader on 40 other colour moves "
                                         f"({moves_reread.name})")
+    third = Path(args.replace_reread)
+    if third.exists():
+        rows = [json.loads(line) for line in third.read_text(encoding="utf-8").splitlines() if line.strip()]
+        judged_table([r for r in rows if not r["calibration"]],
+                     f"replace after its rules of 2026-11-24, 100 rows of captions read nowhere else, read blind by "
+                     f"a third reader ({third.name})")
+        judged_table([r for r in rows if r["calibration"]],
+                     "the same reader on 30 rows of the second reader's replace rows, mixed in unmarked "
+                     "(the second reader passed 18 of them)")
     exchanges = Path(args.exchanges)
     if exchanges.exists():
         judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()
