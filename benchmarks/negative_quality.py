@@ -14,8 +14,8 @@
 3. Prints the judged table once labels are filled in (valid = all three), the table of a second reader's blind
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
    (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
-   (--exchanges), a third reader's blind read of replace (--replace_reread), and the automatic figures on the
-   whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
+   (--exchanges), a third reader's blind read of replace (--replace_reread), a blind read of swap exchanges
+   split by whether the role rule keeps them (--swap_roles), and the automatic figures on the whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
    `pipeline.checks.negatives`.
 """
 from __future__ import annotations
@@ -134,6 +134,9 @@ def main() -> int:
                              "--reread mixed in (calibration: true) to compare the two readers")
     parser.add_argument("--exchanges", default=str(REPO / "benchmarks" / "judged" / "exchanges_reread.jsonl"),
                         help="a blind reader's labels on swap exchanges and negclip rows of other captions")
+    parser.add_argument("--swap_roles", default=str(REPO / "benchmarks" / "judged" / "swap_roles_reread.jsonl"),
+                        help="a blind reader's labels on swap exchanges made before the role rule, split here into "
+                             "the rows swap still makes and those the rule removed")
     parser.add_argument("--ranker", default="ngram", choices=("ngram", "lm", "none"))
     parser.add_argument("--skip_run", action="store_true", help="use the rows already in --output_dir")
     args = parser.parse_args()
@@ -176,6 +179,17 @@ def main() -> int:
         judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()
                       if line.strip()], "swap's exchanges (no colour moves) and negclip, 40 each drawn from all "
                                         f"val2017 rows of captions read nowhere else, read blind ({exchanges.name})")
+    roles = Path(args.swap_roles)
+    if roles.exists():
+        labelled = [json.loads(line) for line in roles.read_text(encoding="utf-8").splitlines() if line.strip()]
+        made = {(r["caption_id"], r["hard_negative"]) for p in
+                sorted(glob.glob(os.path.join(args.output_dir, "train_negatives", "*.parquet")))
+                for r in pq.read_table(p, columns=["caption_id", "hard_negative", "negative_type"]).to_pylist()
+                if r["negative_type"] == "swap"}
+        for still, title in ((True, "still made"), (False, "removed by the role rule (perturb/relations.py)")):
+            judged_table([r for r in labelled if ((r["caption_id"], r["hard_negative"]) in made) is still],
+                         f"swap exchanges of captions read nowhere else, made before the role rule, read blind "
+                         f"({roles.name}): {title}")
     automatic_figures(args.output_dir, args.captions)
     return 0
 

@@ -710,3 +710,30 @@ def test_negclip_still_exchanges_phrases_in_a_directed_relation(gens, nlp):
                           ("An antelope walking out of the bushes towards a baby antelope.",
                            "A baby antelope walking out of the bushes towards an antelope.")]:
         assert good in [c.text for c, _ in gens.propose(nlp(caption))["negclip"]]
+
+
+def relations_of(captions, nlp, gens):
+    from pipeline.perturb.relations import RelationCounts, caption_keys
+
+    counts = RelationCounts()
+    for doc in nlp.pipe(captions):
+        counts.add(caption_keys(doc, gens.lexicon))
+    return counts.table()
+
+
+def test_swap_exchanges_two_things_only_into_roles_the_captions_know(gens, nlp):
+    """"a cat eating a bird" -> "a bird eating a cat" only where some caption has a bird eating and a cat
+    eaten: each relation the exchange makes new (subject, object, the verb describing a noun, a preposition's
+    object) must be one the input captions have."""
+    caption = "A cat eating a bird on a branch."
+    plain = ["a cat eating a bird", "a bird on a branch", "a cat on a branch", "a bird eating seeds",
+             "a dog eating a bird"] * 2
+    known = plain + ["a bird eating a worm", "a snake eating a cat", "a cat on a branch"] * 2
+    exchanged = "A bird eating a cat on a branch."
+    for captions, made in ((plain, False), (known, True)):
+        corpus = corpus_of(captions)
+        corpus.relations = relations_of(captions, nlp, gens)
+        found = [c.text for c, _ in gens.propose(nlp(caption), corpus)["swap"]]
+        assert (exchanged in found) is made, (made, found)
+    corpus.relations = None  # relations not counted (swap not asked for in the first pass): no check
+    assert exchanged in [c.text for c, _ in gens.propose(nlp(caption), corpus_of(plain))["swap"]]

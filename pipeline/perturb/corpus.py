@@ -104,6 +104,7 @@ class CorpusModel:
     context1: np.ndarray         # id -> count as a bigram context
     follow1: np.ndarray          # id -> distinct words seen after it
     image_words: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))  # sorted (image, word) keys
+    relations: np.ndarray | None = None  # the captions' relation digests (perturb/relations.py), when swap needs them
 
     @classmethod
     def from_counts(cls, counts: Counter, captions: int) -> CorpusModel:
@@ -189,6 +190,8 @@ class CorpusModel:
         h = hashlib.sha256()
         for table in (self.unigram, self.keys2, self.count2, self.keys3, self.count3, self.image_words):
             h.update(table.tobytes())
+        if self.relations is not None:
+            h.update(self.relations.tobytes())
         return h.hexdigest()[:16]
 
     def _ids(self, words: list[str]) -> list[int]:

@@ -1,8 +1,10 @@
 """What the COCO-caption stages (train_negatives, order_eval) share: batched spaCy parsing in a DoFn whose
-heavy resources load once per worker, the first pass that counts the input captions' own vocabulary and
-trigrams (a side input), dead letters for captions with no output, and the samples file."""
+heavy resources load once per worker, the first pass that counts the input captions' own vocabulary, trigrams
+and photos' words and, for swap, parses them for their relations (a side input), dead letters for captions with
+no output, and the samples file."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import apache_beam as beam
@@ -13,6 +15,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.corpus import CorpusCounts
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
+from pipeline.perturb.relations import RelationCounts, caption_keys
 from pipeline.sources import coco
 from pipeline.sources.files import InputBounds
 
@@ -66,6 +69,15 @@ class CaptionRowsFn(beam.DoFn):
             yield from rows
 
 
+def _merged(accumulators):
+    """The first accumulator with every other merged into it (CorpusCounts, RelationCounts)."""
+    accumulators = iter(accumulators)
+    merged = next(accumulators)
+    for other in accumulators:
+        merged.merge(other)
+    return merged
+
+
 class CountCorpus(beam.CombineFn):
     """Caption records -> the CorpusModel of their captions (vocabulary, trigram counts, words per image)."""
 
@@ -77,14 +89,47 @@ class CountCorpus(beam.CombineFn):
         return counts
 
     def merge_accumulators(self, accumulators):
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for other in accumulators:
-            merged.merge(other)
-        return merged
+        return _merged(accumulators)
 
     def extract_output(self, counts):
         return counts.model()
+
+
+class ParseRelations(beam.DoFn):
+    """Batch of caption records -> the RelationCounts of their captions (perturb/relations.py)."""
+
+    def __init__(self, spacy_model: str | None, batch_size: int):
+        self.spacy_model, self.batch_size = spacy_model, batch_size
+
+    def setup(self):
+        self.nlp = load_spacy(["swap"], self.spacy_model)
+        self.lexicon = Generators.load(["swap"]).lexicon
+
+    def process(self, batch):
+        keys = RelationCounts()
+        for doc in self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size):
+            keys.add(caption_keys(doc, self.lexicon))
+        yield keys
+
+
+class CountRelations(beam.CombineFn):
+    """RelationCounts of the batches -> the sorted table of distinct relation digests."""
+
+    def create_accumulator(self):
+        return RelationCounts()
+
+    def add_input(self, counts, batch_counts):
+        return counts.merge(batch_counts)
+
+    def merge_accumulators(self, accumulators):
+        return _merged(accumulators)
+
+    def extract_output(self, counts):
+        return counts.table()
+
+
+def _with_relations(model, relations):
+    return dataclasses.replace(model, relations=relations)  # a new model: Beam's inputs are not to be changed
 
 
 def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
@@ -98,20 +143,24 @@ def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
 
 
 def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn,
-              with_corpus: bool = False):
+              with_corpus: bool = False, with_relations: bool = False):
     """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes. With `with_corpus`, a
     first pass counts the captions' vocabulary and trigrams, handed to `fn` as a side input and returned as
-    "corpus" too."""
+    "corpus" too; with `with_relations` that pass also parses the captions for their relations (swap)."""
     read = coco.read_captions(pipeline, opts.coco_captions, stage, table, InputBounds.of(opts))
+    batches = read["records"] | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size,
+                                                              max_batch_size=opts.nlp_batch_size * 4)
     extra, outputs = [], {}
     if with_corpus:
         corpus = read["records"] | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
+        if with_relations:
+            parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
+            relations = (batches | "ParseRelations" >> beam.ParDo(parse)
+                         | "CountRelations" >> beam.CombineGlobally(CountRelations()))
+            corpus = corpus | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
         extra, outputs = [beam.pvalue.AsSingleton(corpus)], {"corpus": corpus}
-    built = (
-        read["records"]
-        | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size, max_batch_size=opts.nlp_batch_size * 4)
-        | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED, main="rows")
-    )
+    built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
+                                                                                   main="rows")
     rejected = (read[REJECTED], built[REJECTED]) | "AllRejected" >> beam.Flatten()
     return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: built[DISCARDED],
             EMITTED: built[EMITTED], **outputs}

@@ -1,6 +1,7 @@
 """Stage train_negatives: rule-based hard negatives for COCO captions, one table of (caption, negative) rows.
 
-A first pass counts the input captions' vocabulary and trigrams (a side input); each generator then proposes
+A first pass counts the input captions' vocabulary and trigrams and each photo's words, and with swap parses
+them for their relations (perturb/relations.py), as one side input; each generator then proposes
 every legal candidate per caption and --negative_ranker emits the most plausible (perturb/rank.py). LLM
 negative types in --negative_types (llm_replace_obj, ...) are written beside it, as llm_negatives/
 (stages/llm_negatives.py), in the same pipeline."""
@@ -130,7 +131,7 @@ def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
     types = rule_types(opts)
     fn = MakeNegativeRows(types, opts.negatives_per_caption, opts.seed, opts.spacy_model, opts.nlp_batch_size,
                           opts.negative_ranker, opts.ranker_model, opts.ranker_device, opts.ranker_batch_size)
-    outputs = make_rows(pipeline, opts, STAGE, TABLE, fn, with_corpus=True)
+    outputs = make_rows(pipeline, opts, STAGE, TABLE, fn, with_corpus=True, with_relations="swap" in types)
     _ = outputs["rows"] | "WriteSamples" >> WriteSamples(
         FileSystems.join(opts.output_dir, SAMPLES_FILE), "train_negatives: random (caption, hard negative) pairs",
         lambda r: r["negative_type"], ["caption", "hard_negative", "atom"], opts.seed)
