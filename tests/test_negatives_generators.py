@@ -293,6 +293,10 @@ READ_CORPUS = ["a group of sheep in a field", "a baby elephant and an adult elep
                "a man swinging a baseball bat", "a man dropping a baseball bat"] * 2
 
 
+def replaced_with_read_corpus(gens, nlp, caption):
+    return [c.text for c, _ in generate(gens, "replace", nlp(caption), 0, "x", 40, corpus_of(READ_CORPUS))]
+
+
 @pytest.mark.parametrize("caption,bad", [
     # one thing named twice: the group and its member, or a later "the"
     ("A group of elephants, including a baby elephant, gather at a wildlife exhibit.", "group of sheep"),
@@ -310,7 +314,7 @@ READ_CORPUS = ["a group of sheep in a field", "a baby elephant and an adult elep
 ])
 def test_replace_never_gives_what_the_blind_read_rejected(gens, nlp, caption, bad):
     """Each was an emitted negative (benchmarks/judged/negatives_reread.jsonl) before its rule."""
-    found = [c.text for c, _ in generate(gens, "replace", nlp(caption), 0, "x", 40, corpus_of(READ_CORPUS))]
+    found = replaced_with_read_corpus(gens, nlp, caption)
     assert not [t for t in found if bad in t], found
 
 
@@ -323,7 +327,7 @@ def test_replace_never_gives_what_the_blind_read_rejected(gens, nlp, caption, ba
     ("A man is holding a baseball bat.", "A man is dropping a baseball bat"),
 ])
 def test_those_rules_leave_two_things_of_one_kind_and_plain_attributes(gens, nlp, caption, kept):
-    found = [c.text for c, _ in generate(gens, "replace", nlp(caption), 0, "x", 40, corpus_of(READ_CORPUS))]
+    found = replaced_with_read_corpus(gens, nlp, caption)
     assert [t for t in found if kept in t], found
 
 
