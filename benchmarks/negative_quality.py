@@ -15,8 +15,9 @@
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
    (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
    (--exchanges), a third reader's blind read of replace (--replace_reread), a blind read of swap exchanges
-   split by whether the role rule keeps them (--swap_roles), and the automatic figures on the whole file: yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved quantity heads, and every check of
-   `pipeline.checks.negatives`.
+   split by whether the role rule keeps them (--swap_roles), and the automatic figures on the whole file:
+   yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved
+   quantity heads, and every check of `pipeline.checks.negatives`.
 """
 from __future__ import annotations
 

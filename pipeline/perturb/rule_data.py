@@ -100,7 +100,8 @@ def verb_contrasts() -> dict[str, tuple[str, ...]]:
     contrasts: dict[str, list[str]] = {}
     for group in raw["groups"].values():  # noqa: B007
         for verb in group:
-            contrasts.setdefault(verb, []).extend(v for v in group if v != verb and frozenset((verb, v)) not in entailed)
+            contrasts.setdefault(verb, []).extend(v for v in group
+                                                  if v != verb and frozenset((verb, v)) not in entailed)
     return {v: tuple(dict.fromkeys(c)) for v, c in contrasts.items()}
 
 
