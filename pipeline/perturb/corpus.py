@@ -177,11 +177,6 @@ class CorpusModel:
         hi = np.searchsorted(self.image_words, np.uint64(high << 32 | 0xFFFFFFFF), side="right")
         return frozenset((self.image_words[lo:hi] & np.uint64(0xFFFFFFFF)).tolist())
 
-    def image_names(self, image, words) -> bool:
-        """Whether some caption of this photo uses any of these words."""
-        named = self.image_words_of(image)
-        return any(word_key(w) in named for w in words)
-
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_bigrams"}
 

@@ -26,7 +26,7 @@ thing; two identical words; and, where the input captions' counts are given, an 
 from __future__ import annotations
 
 from pipeline.perturb.candidates import Candidate, join_tokens, make_candidate, replace_tokens
-from pipeline.perturb.relations import attested, exchanged_keys
+from pipeline.perturb.relations import attested, caption_keys, exchanged_keys
 from pipeline.perturb.rule_data import swap_rules
 from pipeline.perturb.text import indefinite_article, match_case, words
 from pipeline.perturb.units import Unit, render, swap_ranges, unit_index, units
@@ -282,14 +282,15 @@ def _exchange_nouns(doc, us: list[Unit], a, b, lexicon, inflector, corpus=None) 
     return join_tokens(texts, spaces)
 
 
-def _roles_attested(doc, a, b, lexicon, corpus) -> bool:
-    """Each relation the exchange of a and b makes new is one some input caption has (perturb/relations.py):
-    "a cat eating a bird" gives "a bird eating a cat" only where the captions have a bird eating and a cat
-    eaten. Without the corpus's relations (not counted), no check."""
+def _roles_attested(doc, pairs: list[tuple], lexicon, corpus) -> list[tuple]:
+    """The pairs whose exchange makes only relations some input caption has (perturb/relations.py): "a cat
+    eating a bird" gives "a bird eating a cat" only where the captions have a bird eating and a cat eaten.
+    Without the corpus's relations (not counted), every pair."""
     table = getattr(corpus, "relations", None)
-    if table is None:
-        return True
-    return attested(table, exchanged_keys(doc, a, b, lexicon))
+    if table is None or not pairs:
+        return pairs
+    before = set(caption_keys(doc, lexicon))  # once per caption, not per pair
+    return [(a, b) for a, b in pairs if attested(table, exchanged_keys(doc, a, b, lexicon, before))]
 
 
 def _colour_moves(doc, lexicon) -> list[str]:
@@ -364,8 +365,8 @@ def swap_candidates(doc, lexicon, inflector, corpus=None) -> list[Candidate]:
     caption, us = doc.text.strip(), units(doc)
     texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc) if _attributes_fit(a, b, corpus)]
     texts += _colour_moves(doc, lexicon)
-    texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector, corpus) for a, b in _object_pairs(doc, lexicon)
-              if _roles_attested(doc, a, b, lexicon, corpus)]
+    texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector, corpus)
+              for a, b in _roles_attested(doc, _object_pairs(doc, lexicon), lexicon, corpus)]
     return _candidates(SWAP, caption, texts, lambda w: _lemma(lexicon, w, True))
 
 

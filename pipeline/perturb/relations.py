@@ -54,15 +54,14 @@ def caption_keys(doc, lexicon) -> list[int]:
     return [relation_key(*parts) for _, parts in relations(doc, lambda t: token_lemma(t, lexicon))]
 
 
-def exchanged_keys(doc, a, b, lexicon) -> list[int]:
+def exchanged_keys(doc, a, b, lexicon, before: set[int]) -> list[int]:
     """The keys of the relations that tokens a and b take part in once exchanged (each takes the other's
-    lemma, the parse stays), leaving out those the caption already has."""
+    lemma, the parse stays), leaving out those the caption already has (`before`: its caption_keys)."""
     swapped = {a.i: token_lemma(b, lexicon), b.i: token_lemma(a, lexicon)}
 
     def lemma(t):
         return swapped.get(t.i) or token_lemma(t, lexicon)
 
-    before = set(caption_keys(doc, lexicon))
     keys = (relation_key(*parts) for tokens, parts in relations(doc, lemma) if a.i in tokens or b.i in tokens)
     return [k for k in keys if k not in before]
 
