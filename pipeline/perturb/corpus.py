@@ -152,6 +152,13 @@ class CorpusModel:
     def size(self) -> int:
         return len(self.vocabulary) + 1
 
+    @property
+    def unigram_total(self) -> int:
+        """Every counted word; kept (the scorer divides by it for every trigram it scores)."""
+        if "_unigram_total" not in self.__dict__:
+            self.__dict__["_unigram_total"] = int(self.unigram.sum())
+        return self.__dict__["_unigram_total"]
+
     def count(self, word: str) -> int:
         """How often the captions use this word (casefolded)."""
         i = self.vocabulary.get(word.casefold())
@@ -178,7 +185,7 @@ class CorpusModel:
         return frozenset((self.image_words[lo:hi] & np.uint64(0xFFFFFFFF)).tolist())
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_bigrams"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_bigrams", "_unigram_total", "_new_ids_cache")}
 
     def fingerprint(self) -> str:
         """A digest of the model's content, recorded in reports (equal captions give equal models)."""
@@ -213,11 +220,30 @@ class CorpusModel:
         """log P(caption) - log P(caption with [start, end) replaced by new), per (start, end, new): the
         negatives' changes, scored from the trigrams they touch only (the rest of the two texts is the same).
         start and end are the changed span's character offsets and fall on word boundaries."""
+        return self.drops_many([(caption, changes)])[0]
+
+    def drops_many(self, groups: list[tuple[str, list[tuple[int, int, str]]]]) -> list[list[float]]:
+        """drops() of each (caption, changes) group, with one numpy pass for all of them (a batch of captions
+        has a few thousand changes; a pass per caption cost more in numpy's call overhead than in arithmetic)."""
+        triples, owners, signs = [], [], []
+        offsets = [0]
+        for caption, changes in groups:
+            self._change_triples(caption, changes, offsets[-1], triples, owners, signs)
+            offsets.append(offsets[-1] + len(changes))
+        totals = np.zeros(offsets[-1])
+        if triples:
+            np.add.at(totals, np.asarray(owners), np.asarray(signs) * self._trigram_logprobs(triples))
+        flat = totals.tolist()
+        return [flat[a:b] for a, b in zip(offsets, offsets[1:])]
+
+    def _change_triples(self, caption: str, changes: list[tuple[int, int, str]], first: int, triples: list,
+                        owners: list, signs: list) -> None:
+        """Appends the trigrams each change touches (change n owns index first + n): the caption's, signed +1,
+        and the changed text's, signed -1."""
         spans = [(m.start(), m.end()) for m in WORD.finditer(caption)]
         padded = self._padded([caption[a:b].casefold() for a, b in spans])
         starts, ends = [a for a, _ in spans], [b for _, b in spans]
-        triples, owners, signs = [], [], []
-        for n, (start, end, new) in enumerate(changes):
+        for n, (start, end, new) in enumerate(changes, start=first):
             # A change inside a word ("close-up" -> "close-down", "men's"): widen it to whole tokens.
             i = bisect.bisect_right(starts, start) - 1
             if i >= 0 and ends[i] > start and starts[i] < start:
@@ -227,18 +253,22 @@ class CorpusModel:
                 new, end = new + caption[end:ends[j]], ends[j]
             p = bisect.bisect_left(starts, start)      # words before the change
             q = bisect.bisect_left(starts, end)        # words before the rest
-            new_ids = self._ids(tokens(new))
-            changed = padded[:2 + p] + new_ids + padded[2 + q:]
-            # The caption's trigrams that end in the changed words or in the two after them, and the negative's.
-            for seq, last, sign in ((padded, 2 + q + 2, 1.0), (changed, 2 + p + len(new_ids) + 2, -1.0)):
-                for i in range(2 + p, min(last, len(seq))):
-                    triples.append((seq[i - 2], seq[i - 1], seq[i]))
-                    owners.append(n)
-                    signs.append(sign)
-        totals = np.zeros(len(changes))
-        if triples:
-            np.add.at(totals, np.asarray(owners), np.asarray(signs) * self._trigram_logprobs(triples))
-        return totals.tolist()
+            new_ids = self._new_ids(new)
+            # The caption's trigrams that end in the changed words or in the two after them, and the negative's:
+            # windows of the padded ids (padded is offset by the two BOS), three ids per trigram.
+            for window, sign in ((padded[p:q + 4], 1.0), (padded[p:p + 2] + new_ids + padded[q + 2:q + 4], -1.0)):
+                k = len(window) - 2
+                if k > 0:
+                    triples.extend(zip(window, window[1:], window[2:]))
+                    owners.extend([n] * k)
+                    signs.extend([sign] * k)
+
+    def _new_ids(self, text: str) -> list[int]:
+        """The ids of a replacement's tokens, kept: the same few thousand replacements recur in every batch."""
+        cache = self.__dict__.setdefault("_new_ids_cache", {})
+        if text not in cache:
+            cache[text] = self._ids(tokens(text))
+        return cache[text]
 
     def _trigram_logprobs(self, triples: list[tuple[int, int, int]]) -> np.ndarray:
         """log P(w | u v) for each (u, v, w) of ids: interpolated absolute discounting."""
@@ -246,15 +276,15 @@ class CorpusModel:
         u, v, w = grid[:, 0], grid[:, 1], grid[:, 2]
         size = self.size
         # Unigram, add-one so that an unknown word keeps some mass.
-        p = (self.unigram[w] + 1) / (self.unigram.sum() + size)
+        p = (self.unigram[w] + 1) / (self.unigram_total + size)
         # Bigram, interpolated with the unigram.
         c2 = _lookup(self.keys2, self.count2, v * size + w)
         ctx1, fol1 = self.context1[v], self.follow1[v]
         p = np.where(ctx1 > 0, (np.maximum(c2 - DISCOUNT, 0) + DISCOUNT * fol1 * p) / np.maximum(ctx1, 1), p)
         # Trigram, interpolated with the bigram.
         bigram_keys = u * size + v
-        ctx2 = _lookup(self.context_keys2, self.context2, bigram_keys)
-        fol2 = _lookup(self.context_keys2, self.follow2, bigram_keys)
+        contexts = _positions(self.context_keys2, bigram_keys)
+        ctx2, fol2 = _take(self.context2, *contexts), _take(self.follow2, *contexts)
         c3 = _lookup(self.keys3, self.count3, bigram_keys * size + w)
         p = np.where(ctx2 > 0, (np.maximum(c3 - DISCOUNT, 0) + DISCOUNT * fol2 * p) / np.maximum(ctx2, 1), p)
         return np.log(p)
@@ -269,7 +299,18 @@ def _key(ids: list[int], size: int) -> int:
 
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """values[keys == wanted] per element, 0 where the key is absent."""
+    return _take(values, *_positions(keys, wanted))
+
+
+def _positions(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each wanted key is in the sorted keys, and whether it is there (one search for several tables)."""
     if len(keys) == 0:
-        return np.zeros(len(wanted), dtype=np.int64)
+        return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    return np.where(keys[at] == wanted, values[at], 0).astype(np.int64)
+    return at, keys[at] == wanted
+
+
+def _take(values: np.ndarray, at: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    if len(values) == 0:
+        return np.zeros(len(at), dtype=np.int64)
+    return np.where(hit, values[at], 0).astype(np.int64)

@@ -21,8 +21,10 @@ from pipeline.perturb.rank import choose
 # no thing exchanged with its part, an adjective left only on a noun the captions use it with. replace/4: no
 # thing the caption names twice, no colour its noun already has, no act ("performing a stunt") replaced, no
 # verb by one it entails, "fly" only for aircraft, no object or action another caption of the same image names.
-# swap/4: two things exchange only into roles the input captions know (perturb/relations.py).
-VERSIONS = {"replace": 4, "swap": 4, "negclip": 3}
+# swap/4: two things exchange only into roles the input captions know (perturb/relations.py). replace/5
+# (prepositions.json v3): up/down only on a slope, no "in" of a reflection or a picture changed, nothing beside or
+# outside a room, no "without" a quantity.
+VERSIONS = {"replace": 5, "swap": 4, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pipeline.perturb.rule_data import listed_near_synonyms
+
 NOUN, VERB, ADJ = "n", "v", "a"
+POS_LIST = (NOUN, VERB, ADJ, "r")  # NLTK's order: what wn.synsets() looks through without a pos
 MIN_COUNT = 2
 MAX_CANDIDATES = 12
 # Above this Wu-Palmer similarity two senses are one thing for a photo (rock/stone, plane/airplane). Valid
@@ -114,9 +117,13 @@ class Lexicon:
     def _senses(self, word: str, pos: str) -> tuple:
         return tuple(self.wn.synsets(word, pos))
 
-    def _synsets(self, word: str) -> frozenset[str]:
-        """Every synset of the word in any part of speech, found as NLTK finds them (through morphy)."""
-        return frozenset(s.name() for s in self.wn.synsets(word.lower()))
+    def _synsets(self, word: str) -> frozenset[tuple[str, int]]:
+        """Every synset of the word in any part of speech, found as NLTK's wn.synsets() finds them (through
+        morphy), as (part of speech, offset): one per synset, read from the index without loading the synsets
+        from the data files (asked of every word a replacement touches)."""
+        index = self.wn._lemma_pos_offset_map
+        return frozenset((pos, offset) for pos in POS_LIST for form in self.wn._morphy(word.lower(), pos)
+                         for offset in index[form].get(pos, ()))
 
     def shares_synset(self, a: str, b: str) -> bool:
         return bool(self.synsets(a) & self.synsets(b))
@@ -137,14 +144,15 @@ class Lexicon:
         return frozenset(names)
 
     def _is_multiword(self, words: tuple[str, ...]) -> bool:
-        """Whether the words form one WordNet entry ("fire hydrant", "little league", "hot dogs")."""
-        return bool(self.wn.synsets("_".join(w.lower() for w in words)))
+        """Whether the words form one WordNet entry ("fire hydrant", "little league", "hot dogs"): whether
+        wn.synsets() of the joined words finds any, asked of the index through NLTK's own morphy, without
+        reading the synsets from the data files (asked for every word pair of every caption)."""
+        joined = "_".join(w.lower() for w in words)
+        return any(self.wn._morphy(joined, pos) for pos in POS_LIST)
 
     def _near_synonyms(self, a: str, b: str, pos: str) -> bool:
         """a and b (lemmas) name the same thing for a photo: a shared synset, one a hypernym of the other, a
         Wu-Palmer similarity of their dominant senses over NEAR_SYNONYM_WUP, or one curated group."""
-        from pipeline.perturb.rule_data import listed_near_synonyms
-
         if a == b or listed_near_synonyms(a, b) or self.shares_synset(a, b):
             return True
         senses_a, senses_b = self._dominant(a, pos), self._dominant(b, pos)
@@ -153,8 +161,9 @@ class Lexicon:
                 if x in self.ancestors(y) or y in self.ancestors(x):
                     return True
                 # wup <= 2 min(d) / (d(x) + d(y)): senses of unequal depth never reach the threshold
-                if pos == NOUN and 2 * min(self.depth(x), self.depth(y)) / (self.depth(x) + self.depth(y)) >= \
-                        NEAR_SYNONYM_WUP and self.wup(x, y) >= NEAR_SYNONYM_WUP:
+                dx, dy = self.depth(x), self.depth(y)
+                if pos == NOUN and 2 * min(dx, dy) / (dx + dy) >= NEAR_SYNONYM_WUP and \
+                        self.wup(x, y) >= NEAR_SYNONYM_WUP:
                     return True
         return False
 

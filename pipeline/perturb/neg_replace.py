@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.corpus import word_key
 from pipeline.perturb.inflect import Inflector
@@ -78,12 +80,16 @@ class Tokens:
 
     @classmethod
     def of(cls, doc) -> Tokens:
+        from spacy.attrs import HEAD
+
         tokens = list(doc)
-        text = doc.text
+        texts, spaces = [t.text for t in tokens], [t.whitespace_ for t in tokens]
+        text = "".join(w + s for w, s in zip(texts, spaces, strict=True))  # doc.text, without a second pass
         lead = len(text) - len(text.lstrip())
-        return cls([t.text for t in tokens], [t.whitespace_ for t in tokens], [t.lower_ for t in tokens],
-                   [t.tag_ for t in tokens], [t.is_alpha for t in tokens], [t.is_stop for t in tokens],
-                   [t.dep_ for t in tokens], [t.head.i for t in tokens], [t.idx - lead for t in tokens],
+        # Heads from the array (relative offsets): t.head builds one more Token object per token.
+        heads = (np.arange(len(tokens)) + doc.to_array([HEAD]).astype(np.int64)).tolist()
+        return cls(texts, spaces, [t.lower_ for t in tokens], [t.tag_ for t in tokens], [t.is_alpha for t in tokens],
+                   [t.is_stop for t in tokens], [t.dep_ for t in tokens], heads, [t.idx - lead for t in tokens],
                    text.strip())
 
     def children(self, i: int, deps: tuple[str, ...]) -> list[int]:
@@ -158,8 +164,12 @@ def possible(new: str, obj: str, governor: str, lexicon: Lexicon) -> bool:
 
 def _lacks_one(tokens: Tokens, obj: int) -> bool:
     """"without" reads for one thing or a bare plural ("without a hat", "without mustard"), not for a list or
-    a quantity ("without various buttons", "without buildings, bikers and walkers")."""
+    a quantity ("without various buttons", "without buildings, bikers and walkers", "without a variety of
+    foods"; "a pair of scissors" is one thing)."""
     if tokens.children(obj, ("conj", "cc")):
+        return False
+    if tokens.lower[obj] in swap_rules().quantity_heads and tokens.lower[obj] != "pair" and \
+            any(tokens.lower[j] == "of" for j in tokens.children(obj, ("prep",))):
         return False
     return not any(tokens.lower[j] in ("various", "many", "several", "some", "other", "lots", "few", "multiple",
                                         "numerous", "different", "assorted")
@@ -418,8 +428,10 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
             return False  # "a small cramped bathroom": "large cramped" is never said
     if atom == "object":
         lemma = lexicon.lemma(new, NOUN) or new
-        if any(j != start and lexicon.near_synonyms(other, lemma, NOUN) for j, other in nouns):
-            return False
+        near_synonyms = lexicon.near_synonyms
+        for j, other in nouns:  # a loop, not any(): asked about every object candidate of every caption
+            if j != start and near_synonyms(other, lemma, NOUN):
+                return False
         sex = SEX.get(lemma)
         if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
             return False  # "a man ... in his dining room" never becomes "a woman ... in his dining room"

@@ -39,9 +39,9 @@ class NgramScorer:
         self.corpus = corpus
 
     def drop_groups(self, groups: list[tuple[str, list]]) -> list[list[float]]:
-        return [[round(d, SCORE_DECIMALS) for d in
-                 self.corpus.drops(caption, [(c.span_start, c.span_end, c.new_span) for c in candidates])]
-                for caption, candidates in groups]
+        found = self.corpus.drops_many([(caption, [(c.span_start, c.span_end, c.new_span) for c in candidates])
+                                        for caption, candidates in groups])
+        return [[round(d, SCORE_DECIMALS) for d in group] for group in found]
 
 
 def choose(items: list, scores: list[float] | None, rng: random.Random, n: int) -> list[tuple[object, float | None]]:
