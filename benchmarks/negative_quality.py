@@ -14,8 +14,9 @@
 3. Prints the judged table once labels are filled in (valid = all three), the table of a second reader's blind
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
    (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
-   (--exchanges), a third reader's blind read of replace (--replace_reread), a blind read of swap exchanges
-   split by whether the role rule keeps them (--swap_roles), and the automatic figures on the whole file:
+   (--exchanges), a third and a fourth reader's blind reads of replace (--replace_reread, --replace_reread2), a
+   blind read of swap exchanges split by whether the role rule keeps them (--swap_roles), and the automatic
+   figures on the whole file:
    yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved
    quantity heads, and every check of `pipeline.checks.negatives`.
 """
@@ -133,6 +134,9 @@ def main() -> int:
     parser.add_argument("--replace_reread", default=str(REPO / "benchmarks" / "judged" / "replace_reread.jsonl"),
                         help="a third reader's blind labels on replace rows of other captions, with rows of "
                              "--reread mixed in (calibration: true) to compare the two readers")
+    parser.add_argument("--replace_reread2", default=str(REPO / "benchmarks" / "judged" / "replace_reread2.jsonl"),
+                        help="a fourth reader's blind labels on replace/6 rows of other captions, with rows of "
+                             "--replace_reread mixed in (calibration: true)")
     parser.add_argument("--exchanges", default=str(REPO / "benchmarks" / "judged" / "exchanges_reread.jsonl"),
                         help="a blind reader's labels on swap exchanges and negclip rows of other captions")
     parser.add_argument("--swap_roles", default=str(REPO / "benchmarks" / "judged" / "swap_roles_reread.jsonl"),
@@ -175,6 +179,15 @@ def main() -> int:
         judged_table([r for r in rows if r["calibration"]],
                      "the same reader on 30 rows of the second reader's replace rows, mixed in unmarked "
                      "(the second reader passed 18 of them)")
+    fourth = Path(args.replace_reread2)
+    if fourth.exists():
+        rows = [json.loads(line) for line in fourth.read_text(encoding="utf-8").splitlines() if line.strip()]
+        judged_table([r for r in rows if not r["calibration"]],
+                     f"replace/6 (the preposition and verb-object rules of 2026-11-24, evening), 80 rows of captions "
+                     f"read nowhere else, read blind by a fourth reader ({fourth.name})")
+        judged_table([r for r in rows if r["calibration"]],
+                     "the same reader on 20 of the third reader's replace rows, mixed in unmarked (the third reader "
+                     "passed 10 of them)")
     exchanges = Path(args.exchanges)
     if exchanges.exists():
         judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()

@@ -23,8 +23,10 @@ from pipeline.perturb.rank import choose
 # verb by one it entails, "fly" only for aircraft, no object or action another caption of the same image names.
 # swap/4: two things exchange only into roles the input captions know (perturb/relations.py). replace/5
 # (prepositions.json v3): up/down only on a slope, no "in" of a reflection or a picture changed, nothing beside or
-# outside a room, no "without" a quantity.
-VERSIONS = {"replace": 5, "swap": 4, "negclip": 3}
+# outside a room, no "without" a quantity. replace/6 (verbs.json v3): one hits, kicks, throws, catches or tosses
+# only a ball or a frisbee, swings only a bat or a racket, and their object is never replaced by one they cannot
+# take; "in her arms", "in a towel" kept.
+VERSIONS = {"replace": 6, "swap": 4, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

@@ -30,7 +30,8 @@ from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.corpus import word_key
 from pipeline.perturb.inflect import Inflector
 from pipeline.perturb.lexicon import ADJ, NOUN, VERB, VISUAL_LEXNAMES, Lexicon
-from pipeline.perturb.rule_data import prepositions, replacements, swap_rules, verb_contrasts, verb_objects
+from pipeline.perturb.rule_data import (prepositions, replacements, swap_rules, verb_contrasts, verb_object_words,
+                                        verb_objects)
 from pipeline.perturb.text import indefinite_article, match_case, words
 
 REPLACE = "replace"
@@ -391,15 +392,22 @@ def _describes_living(tokens: Tokens, i: int, lexicon: Lexicon) -> bool:
 
 
 def _object_allows(tokens: Tokens, i: int, verb: str, lexicon: Lexicon) -> bool:
-    """A verb that needs a certain object ("ride": a vehicle, an animal, a board) has one of those."""
-    needs = verb_objects().get(verb)
-    if not needs:
+    """A verb that needs a certain object ("ride": a vehicle, an animal, a board; "hit": a ball) has one of
+    those."""
+    if verb not in verb_objects() and verb not in verb_object_words():
         return True
     objects = tokens.children(i, ("dobj", "pobj")) + [j for p in tokens.children(i, ("prep",))
                                                       for j in tokens.children(p, ("pobj",))]
-    sets = replacements().sets_of
-    return any(sets.get(lexicon.noun_lemma(tokens.lower[j], tokens.tags[j] == "NNS") or "", frozenset()) & needs
+    return any(_takes_object(verb, lexicon.noun_lemma(tokens.lower[j], tokens.tags[j] == "NNS") or "")
                for j in objects)
+
+
+def _takes_object(verb: str, noun: str) -> bool:
+    """Whether the verb (lemma) can act on the noun (lemma), by data/verbs.json "objects" and "object_words"."""
+    needs, words = verb_objects().get(verb), verb_object_words().get(verb)
+    if needs is None and words is None:
+        return True
+    return noun in (words or ()) or bool(replacements().sets_of.get(noun, frozenset()) & (needs or frozenset()))
 
 
 def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lexicon: Lexicon,
@@ -432,6 +440,11 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
         for j, other in nouns:  # a loop, not any(): asked about every object candidate of every caption
             if j != start and near_synonyms(other, lemma, NOUN):
                 return False
+        head = tokens.heads[start]
+        # Every lemma WordNet gives the verb: its first for "swinging" is "swinge".
+        if tokens.deps[start] == "dobj" and coarse_pos(tokens.tags[head]) == "VERB" and \
+                not all(_takes_object(v, lemma) for v in lexicon.wn._morphy(tokens.lower[head], VERB)):
+            return False  # "swinging a tennis racket" never becomes "swinging a tennis ball"
         sex = SEX.get(lemma)
         if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
             return False  # "a man ... in his dining room" never becomes "a woman ... in his dining room"

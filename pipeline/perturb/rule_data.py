@@ -92,6 +92,13 @@ def verb_objects() -> dict[str, frozenset[str]]:
 
 
 @cache
+def verb_object_words() -> dict[str, frozenset[str]]:
+    """verb lemma -> the noun lemmas its object must be one of (data/verbs.json "object_words")."""
+    raw, _ = _load("verbs.json")
+    return {v: frozenset(words) for v, words in raw.get("object_words", {}).items()}
+
+
+@cache
 def verb_contrasts() -> dict[str, tuple[str, ...]]:
     """verb lemma -> the verbs of its groups (data/verbs.json), in the file's order, itself and the verbs it is
     "entailed" with excluded."""
