@@ -216,15 +216,12 @@ class CorpusModel:
             np.add.at(totals, np.asarray(owners), self._trigram_logprobs(triples))
         return totals.tolist()
 
-    def drops(self, caption: str, changes: list[tuple[int, int, str]]) -> list[float]:
-        """log P(caption) - log P(caption with [start, end) replaced by new), per (start, end, new): the
-        negatives' changes, scored from the trigrams they touch only (the rest of the two texts is the same).
-        start and end are the changed span's character offsets and fall on word boundaries."""
-        return self.drops_many([(caption, changes)])[0]
-
     def drops_many(self, groups: list[tuple[str, list[tuple[int, int, str]]]]) -> list[list[float]]:
-        """drops() of each (caption, changes) group, with one numpy pass for all of them (a batch of captions
-        has a few thousand changes; a pass per caption cost more in numpy's call overhead than in arithmetic)."""
+        """Per (caption, changes) group, log P(caption) - log P(caption with [start, end) replaced by new) for
+        each (start, end, new): the negatives' changes, scored from the trigrams they touch only (the rest of the
+        two texts is the same). start and end are the changed span's character offsets and fall on word
+        boundaries. One numpy pass for all the groups: a batch of captions has a few thousand changes, and a
+        pass per caption cost more in numpy's call overhead than in arithmetic."""
         triples, owners, signs = [], [], []
         offsets = [0]
         for caption, changes in groups:
