@@ -122,6 +122,16 @@ def automatic_figures(output_dir: str, captions: str) -> None:
     print(f"  {len(violations)} violations in all")
 
 
+def calibrated_read(path: Path, title: str, calibration_title: str) -> None:
+    """A blind reader's labels (when the file exists): its own rows, then the earlier reader's rows it was given
+    unmarked (calibration: true), so that the two readers can be compared."""
+    if not path.exists():
+        return
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    judged_table([r for r in rows if not r["calibration"]], f"{title} ({path.name})")
+    judged_table([r for r in rows if r["calibration"]], calibration_title)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--captions", default=str(REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"))
@@ -170,24 +180,13 @@ def main() -> int:
         judged_table([json.loads(line) for line in moves_reread.read_text(encoding="utf-8").splitlines()
                       if line.strip()], f"the same, re-read blind by a second reader on 40 other colour moves "
                                         f"({moves_reread.name})")
-    third = Path(args.replace_reread)
-    if third.exists():
-        rows = [json.loads(line) for line in third.read_text(encoding="utf-8").splitlines() if line.strip()]
-        judged_table([r for r in rows if not r["calibration"]],
-                     f"replace after its rules of 2026-11-24, 100 rows of captions read nowhere else, read blind by "
-                     f"a third reader ({third.name})")
-        judged_table([r for r in rows if r["calibration"]],
-                     "the same reader on 30 rows of the second reader's replace rows, mixed in unmarked "
-                     "(the second reader passed 18 of them)")
-    fourth = Path(args.replace_reread2)
-    if fourth.exists():
-        rows = [json.loads(line) for line in fourth.read_text(encoding="utf-8").splitlines() if line.strip()]
-        judged_table([r for r in rows if not r["calibration"]],
-                     f"replace/6 (the preposition and verb-object rules of 2026-11-24, evening), 80 rows of captions "
-                     f"read nowhere else, read blind by a fourth reader ({fourth.name})")
-        judged_table([r for r in rows if r["calibration"]],
-                     "the same reader on 20 of the third reader's replace rows, mixed in unmarked (the third reader "
-                     "passed 10 of them)")
+    calibrated_read(Path(args.replace_reread), "replace after its rules of 2026-11-24, 100 rows of captions read "
+                    "nowhere else, read blind by a third reader", "the same reader on 30 rows of the second reader's "
+                    "replace rows, mixed in unmarked (the second reader passed 18 of them)")
+    calibrated_read(Path(args.replace_reread2), "replace/6 (the preposition and verb-object rules of 2026-11-24, "
+                    "evening), 80 rows of captions read nowhere else, read blind by a fourth reader", "the same "
+                    "reader on 20 of the third reader's replace rows, mixed in unmarked (the third reader passed 10 "
+                    "of them)")
     exchanges = Path(args.exchanges)
     if exchanges.exists():
         judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()
