@@ -402,6 +402,12 @@ def _object_allows(tokens: Tokens, i: int, verb: str, lexicon: Lexicon) -> bool:
                for j in objects)
 
 
+def _verb_lemmas(lexicon: Lexicon, word: str) -> list[str]:
+    """Every lemma WordNet gives the verb form, not only its first: that is "swinge" for "swinging", and a verb's
+    object rules (data/verbs.json) are asked of each."""
+    return lexicon.wn._morphy(word.lower(), VERB) or [word.lower()]
+
+
 def _takes_object(verb: str, noun: str) -> bool:
     """Whether the verb (lemma) can act on the noun (lemma), by data/verbs.json "objects" and "object_words"."""
     needs, words = verb_objects().get(verb), verb_object_words().get(verb)
@@ -424,7 +430,7 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
         following = tokens.lower[end] if end < len(tokens.lower) else None
         if following and tokens.alpha[end] and corpus.bigram(words_new[-1], following) == 0:
             return False
-        if not _object_allows(tokens, start, lexicon.lemma(new, VERB) or new, lexicon):
+        if not all(_object_allows(tokens, start, v, lexicon) for v in _verb_lemmas(lexicon, new)):
             return False
     if atom == "attribute" and new in ANIMATE_ONLY and not _describes_living(tokens, start, lexicon):
         return False
@@ -441,9 +447,8 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
             if j != start and near_synonyms(other, lemma, NOUN):
                 return False
         head = tokens.heads[start]
-        # Every lemma WordNet gives the verb: its first for "swinging" is "swinge".
         if tokens.deps[start] == "dobj" and coarse_pos(tokens.tags[head]) == "VERB" and \
-                not all(_takes_object(v, lemma) for v in lexicon.wn._morphy(tokens.lower[head], VERB)):
+                not all(_takes_object(v, lemma) for v in _verb_lemmas(lexicon, tokens.lower[head])):
             return False  # "swinging a tennis racket" never becomes "swinging a tennis ball"
         sex = SEX.get(lemma)
         if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
