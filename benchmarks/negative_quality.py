@@ -15,8 +15,9 @@
    re-read of other captions' rows (--reread) when present, the tables of swap's colour moves read apart
    (--colour_moves and its _reread twin), a blind read of swap's exchanges and negclip on other captions
    (--exchanges), a third and a fourth reader's blind reads of replace (--replace_reread, --replace_reread2), a
-   blind read of swap exchanges split by whether the role rule keeps them (--swap_roles), and the automatic
-   figures on the whole file:
+   blind read of swap exchanges split by whether the role rule keeps them (--swap_roles), the two blind reads of
+   a ranker that tried reliability tiers first (--replace_reread3, --tiers_paired; not kept), the two rankers'
+   negatives of the same captions read blind (--lm_paired), and the automatic figures on the whole file:
    yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved
    quantity heads, and every check of `pipeline.checks.negatives`.
 """
@@ -88,7 +89,8 @@ def merge_labels(fresh: list[dict], path: Path) -> list[dict]:
 
 def judged_table(rows: list[dict], title: str) -> None:
     print(f"\n{title}:")
-    print(f"{'type':<9} {'rows':>5} {'labelled':>9} {'fluent':>7} {'contradicts':>12} {'minimal':>8} {'valid':>7}  target")
+    print(f"{'type':<9} {'rows':>5} {'labelled':>9} {'fluent':>7} {'contradicts':>12} {'minimal':>8} {'valid':>7}"
+          "  target")
     for negative_type in TYPES:
         of_type = [r for r in rows if r["negative_type"] == negative_type]
         done = [r for r in of_type if all(r[label] is not None for label in LABELS)]
@@ -97,8 +99,8 @@ def judged_table(rows: list[dict], title: str) -> None:
             continue
         share = {label: sum(bool(r[label]) for r in done) / len(done) for label in LABELS}
         valid = sum(all(r[label] for label in LABELS) for r in done) / len(done)
-        print(f"{negative_type:<9} {len(of_type):>5} {len(done):>9} {share['fluent']:>7.0%} {share['contradicts']:>12.0%} "
-              f"{share['minimal']:>8.0%} {valid:>7.0%}  >= {TARGETS[negative_type]:.0%}: "
+        print(f"{negative_type:<9} {len(of_type):>5} {len(done):>9} {share['fluent']:>7.0%} "
+              f"{share['contradicts']:>12.0%} {share['minimal']:>8.0%} {valid:>7.0%}  >= {TARGETS[negative_type]:.0%}: "
               f"{'met' if valid >= TARGETS[negative_type] else 'NOT met'}")
 
 
@@ -132,6 +134,15 @@ def calibrated_read(path: Path, title: str, calibration_title: str) -> None:
     judged_table([r for r in rows if r["calibration"]], calibration_title)
 
 
+def paired_read(path: Path, versions: dict[str, str], title: str) -> None:
+    """A blind reader's labels on two negatives of the same captions (the rows' `version`), one table each."""
+    if not path.exists():
+        return
+    labelled = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for version, name in versions.items():
+        judged_table([r for r in labelled if r["version"] == version], f"{title} ({path.name}): {name}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--captions", default=str(REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"))
@@ -147,6 +158,15 @@ def main() -> int:
     parser.add_argument("--replace_reread2", default=str(REPO / "benchmarks" / "judged" / "replace_reread2.jsonl"),
                         help="a fourth reader's blind labels on replace/6 rows of other captions, with rows of "
                              "--replace_reread mixed in (calibration: true)")
+    parser.add_argument("--replace_reread3", default=str(REPO / "benchmarks" / "judged" / "replace_reread3.jsonl"),
+                        help="a fifth reader's blind labels on rows of other captions chosen by a ranker that tried "
+                             "reliability tiers first (not kept), with rows of --replace_reread2 mixed in")
+    parser.add_argument("--tiers_paired", default=str(REPO / "benchmarks" / "judged" / "replace_tiers_paired.jsonl"),
+                        help="a sixth reader's blind labels on both negatives (replace/7, tiers) of the captions "
+                             "where the tiers changed the choice")
+    parser.add_argument("--lm_paired", default=str(REPO / "benchmarks" / "judged" / "replace_lm_paired.jsonl"),
+                        help="a seventh reader's blind labels on both rankers' negatives (ngram, lm) of captions "
+                             "where they choose differently")
     parser.add_argument("--exchanges", default=str(REPO / "benchmarks" / "judged" / "exchanges_reread.jsonl"),
                         help="a blind reader's labels on swap exchanges and negclip rows of other captions")
     parser.add_argument("--swap_roles", default=str(REPO / "benchmarks" / "judged" / "swap_roles_reread.jsonl"),
@@ -187,6 +207,15 @@ def main() -> int:
                     "evening), 80 rows of captions read nowhere else, read blind by a fourth reader", "the same "
                     "reader on 20 of the third reader's replace rows, mixed in unmarked (the third reader passed 10 "
                     "of them)")
+    calibrated_read(Path(args.replace_reread3), "a ranker that tried reliability tiers first (not kept), 80 rows of "
+                    "captions read nowhere else, read blind by a fifth reader", "the same reader on 20 of the fourth "
+                    "reader's replace rows, mixed in unmarked (the fourth reader passed 15 of them)")
+    paired_read(Path(args.tiers_paired), {"replace/7": "replace/7 (smallest drop)", "tiers": "the tiers' choice"},
+                "the 28 of those captions where the tiers chose another negative, both negatives read blind by a "
+                "sixth reader, mixed")
+    paired_read(Path(args.lm_paired), {"ngram": "--negative_ranker=ngram", "lm": "--negative_ranker=lm (SmolLM2)"},
+                "replace/8 on 50 captions read nowhere else where the two rankers choose differently, both "
+                "negatives read blind by a seventh reader, mixed")
     exchanges = Path(args.exchanges)
     if exchanges.exists():
         judged_table([json.loads(line) for line in exchanges.read_text(encoding="utf-8").splitlines()

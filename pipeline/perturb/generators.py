@@ -26,8 +26,10 @@ from pipeline.perturb.rank import choose
 # outside a room, no "without" a quantity. replace/6 (verbs.json v3): one hits, kicks, throws, catches or tosses
 # only a ball or a frisbee, swings only a bat or a racket, and their object is never replaced by one they cannot
 # take; "in her arms", "in a towel" kept. replace/7: that rule asked of every lemma of the verb ("swinging" is
-# "swinge" first in WordNet, so "swinging a tennis ball" got through).
-VERSIONS = {"replace": 7, "swap": 4, "negclip": 3}
+# "swinge" first in WordNet, so "swinging a tennis ball" got through). replace/8: a person whose age is said
+# changes only its sex, no colour of a black and white photo, plate/tray near-synonyms, no adjective becomes one
+# beside it ("Old and new" -> "New and new"), a/an fixed across a double space.
+VERSIONS = {"replace": 8, "swap": 4, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.corpus import word_key
 from pipeline.perturb.inflect import Inflector
-from pipeline.perturb.lexicon import ADJ, NOUN, VERB, VISUAL_LEXNAMES, Lexicon
+from pipeline.perturb.lexicon import ADJ, COLOURS, NOUN, VERB, VISUAL_LEXNAMES, Lexicon
 from pipeline.perturb.rule_data import (prepositions, replacements, swap_rules, verb_contrasts, verb_object_words,
                                         verb_objects)
 from pipeline.perturb.text import indefinite_article, match_case, words
@@ -434,12 +434,16 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
             return False
     if atom == "attribute" and new in ANIMATE_ONLY and not _describes_living(tokens, start, lexicon):
         return False
+    if atom == "attribute" and new in tokens.lower[max(0, start - 3):start] + tokens.lower[end:end + 3]:
+        return False  # "Old and new models" never becomes "New and new models", whatever the parse says
     if atom == "attribute" and end - start == 1 and coarse_pos(tokens.tags[start]) == "ADJ":
         noun = _modified_noun(tokens, start)
         if any(w == new and j != start and _modified_noun(tokens, j) == noun for j, w in enumerate(tokens.lower)):
             return False  # "a red white and black bus" never becomes "a black white and black bus"
         if end < len(tokens.tags) and tokens.tags[end].startswith("JJ") and corpus.bigram(new, tokens.lower[end]) == 0:
             return False  # "a small cramped bathroom": "large cramped" is never said
+        if tokens.lower[noun] in replacements().monochrome and tokens.lower[start] in COLOURS:
+            return False  # "a black and white photo" has no colour: never "a red and white photo"
     if atom == "object":
         lemma = lexicon.lemma(new, NOUN) or new
         near_synonyms = lexicon.near_synonyms
@@ -450,6 +454,11 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
         if tokens.deps[start] == "dobj" and coarse_pos(tokens.tags[head]) == "VERB" and \
                 not all(_takes_object(v, lemma) for v in _verb_lemmas(lexicon, tokens.lower[head])):
             return False  # "swinging a tennis racket" never becomes "swinging a tennis ball"
+        ages = replacements().age_class
+        old_age = ages.get(lexicon.noun_lemma(tokens.lower[start], tokens.tags[start] == "NNS") or tokens.lower[start])
+        if old_age and ages.get(lemma, old_age) != old_age and \
+                any(tokens.lower[j] in replacements().age_modifiers for j in tokens.children(start, ("amod",))):
+            return False  # "a young boy" is not "a young man": with its age said, a person changes only its sex
         sex = SEX.get(lemma)
         if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
             return False  # "a man ... in his dining room" never becomes "a woman ... in his dining room"
@@ -494,11 +503,14 @@ def _replaced(caption: str, tokens: Tokens, start: int, end: int, new: str) -> C
     span_start = tokens.starts[start]
     span_end = tokens.starts[end - 1] + len(tokens.texts[end - 1])
     new_span = new
-    if start > 0 and tokens.lower[start - 1] in ("a", "an"):
-        article = match_case(tokens.texts[start - 1], indefinite_article(new))
-        if article != tokens.texts[start - 1]:
-            span_start = tokens.starts[start - 1]
-            between = caption[span_start + len(tokens.texts[start - 1]):tokens.starts[start]]
+    k = start - 1
+    while k >= 0 and tokens.texts[k].isspace():  # "a  busy street": spaCy gives the extra space a token
+        k -= 1
+    if k >= 0 and tokens.lower[k] in ("a", "an"):
+        article = match_case(tokens.texts[k], indefinite_article(new))
+        if article != tokens.texts[k]:
+            span_start = tokens.starts[k]
+            between = caption[span_start + len(tokens.texts[k]):tokens.starts[start]]
             new_span = article + between + new
     return Candidate(REPLACE, caption[:span_start] + new_span + caption[span_end:], caption[span_start:span_end],
                      new_span, span_start, span_end)

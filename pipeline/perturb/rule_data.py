@@ -66,6 +66,9 @@ class Replacements:
     object_sets: dict[str, tuple[str, ...]]   # noun lemma -> the other words of its contrast sets
     people: dict[str, tuple[str, ...]]        # person word -> whom it may become
     sets_of: dict[str, frozenset[str]]        # noun lemma -> the names of its contrast sets
+    age_modifiers: frozenset[str] = frozenset()  # "young", "little": the person's age is said
+    age_class: dict[str, str] | None = None      # person word -> "adult" or "child"
+    monochrome: frozenset[str] = frozenset()     # "photo": its "black and white" is no colour to replace
 
 
 @cache
@@ -79,9 +82,13 @@ def replacements() -> Replacements:
     for name, members in raw["objects"].items():
         for word in members:
             names.setdefault(word, set()).add(name)
+    age = raw.get("age", {})
     return Replacements({w: tuple(dict.fromkeys(m)) for w, m in sets.items()},
                         {w: tuple(m) for w, m in raw["people"].items()},
-                        {w: frozenset(n) for w, n in names.items()})
+                        {w: frozenset(n) for w, n in names.items()},
+                        frozenset(age.get("modifiers", ())),
+                        {w: name for name in ("adult", "child") for w in age.get(name, ())},
+                        frozenset(raw.get("monochrome", ())))
 
 
 @cache
@@ -167,3 +174,4 @@ def swap_rules() -> SwapRules:
         never_colour_targets=frozenset(raw["colour_moves"]["never_targets"]),
         fruit_colours=frozenset(raw["colour_moves"]["fruit_colours"]),
     )
+
