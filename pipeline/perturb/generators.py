@@ -28,8 +28,9 @@ from pipeline.perturb.rank import choose
 # take; "in her arms", "in a towel" kept. replace/7: that rule asked of every lemma of the verb ("swinging" is
 # "swinge" first in WordNet, so "swinging a tennis ball" got through). replace/8: a person whose age is said
 # changes only its sex, no colour of a black and white photo, plate/tray near-synonyms, no adjective becomes one
-# beside it ("Old and new" -> "New and new"), a/an fixed across a double space.
-VERSIONS = {"replace": 8, "swap": 4, "negclip": 3}
+# beside it ("Old and new" -> "New and new"), a/an fixed across a double space. replace/9 (prepositions.json
+# v4): "in" of what is worn kept, no trick, stunt or wave beside, behind or outside anything.
+VERSIONS = {"replace": 9, "swap": 4, "negclip": 3}
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

@@ -200,8 +200,11 @@ def _preposition_atoms(tokens: Tokens, lexicon: Lexicon) -> list[tuple[int, int,
                     thing = tokens.tags[obj] == "PRP" or object_class(lexicon, obj_word) is not None or \
                         lexicon.noun_class(obj_word) in VISUAL_LEXNAMES or \
                         (key in (("with",), ("without",)) and tokens.tags[obj] in ("NN", "NNS"))
+                    obj_lemma = lexicon.lemma(obj_word, NOUN) or obj_word
                     if thing and obj_word not in data.fixed_phrases.get(key_text, ()) and \
-                            (lexicon.lemma(obj_word, NOUN) or obj_word) not in data.fixed_phrases.get(key_text, ()):
+                            obj_lemma not in data.fixed_phrases.get(key_text, ()) and \
+                            not (key_text in data.fixed_hypernyms and  # "in a red shirt": worn
+                                 lexicon.hypernym_names(obj_lemma) & data.fixed_hypernyms[key_text]):
                         options = tuple(n for n in PREPOSITIONS[key] if possible(n, obj_word, governor, lexicon)
                                         and (n != "without" or _lacks_one(tokens, obj)))
                         if options:

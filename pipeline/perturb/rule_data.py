@@ -24,6 +24,7 @@ class Prepositions:
     only_with: dict[str, tuple[str, ...]]      # new preposition -> WordNet synset names, one must be a hypernym
     not_after: dict[str, frozenset[str]]
     fixed_phrases: dict[str, frozenset[str]]
+    fixed_hypernyms: dict[str, frozenset[str]]  # old preposition -> WordNet classes of objects it is kept with
     sha256: str
 
 
@@ -41,6 +42,7 @@ def prepositions() -> Prepositions:
         only_with={p: tuple(v) for p, v in raw["only_with"].items()},
         not_after={p: frozenset(v) for p, v in raw["not_after"].items()},
         fixed_phrases={p: frozenset(v) for p, v in raw["fixed_phrases"].items()},
+        fixed_hypernyms={p: frozenset(v) for p, v in raw.get("fixed_hypernyms", {}).items()},
         sha256=digest,
     )
 
