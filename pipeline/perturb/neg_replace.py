@@ -458,10 +458,11 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
                 not all(_takes_object(v, lemma) for v in _verb_lemmas(lexicon, tokens.lower[head])):
             return False  # "swinging a tennis racket" never becomes "swinging a tennis ball"
         ages = replacements().age_class
-        old_age = ages.get(lexicon.noun_lemma(tokens.lower[start], tokens.tags[start] == "NNS") or tokens.lower[start])
-        if old_age and ages.get(lemma, old_age) != old_age and \
-                any(tokens.lower[j] in replacements().age_modifiers for j in tokens.children(start, ("amod",))):
-            return False  # "a young boy" is not "a young man": with its age said, a person changes only its sex
+        if lemma in ages and any(tokens.lower[j] in replacements().age_modifiers
+                                 for j in tokens.children(start, ("amod",))):
+            old = lexicon.noun_lemma(tokens.lower[start], tokens.tags[start] == "NNS") or tokens.lower[start]
+            if ages.get(old, ages[lemma]) != ages[lemma]:
+                return False  # "a young boy" is not "a young man": with its age said, a person changes only its sex
         sex = SEX.get(lemma)
         if sex and any(SEX.get(w) not in (None, sex) for w in tokens.lower[start + 1:] if w in PRONOUN_WORDS):
             return False  # "a man ... in his dining room" never becomes "a woman ... in his dining room"

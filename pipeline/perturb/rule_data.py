@@ -68,9 +68,9 @@ class Replacements:
     object_sets: dict[str, tuple[str, ...]]   # noun lemma -> the other words of its contrast sets
     people: dict[str, tuple[str, ...]]        # person word -> whom it may become
     sets_of: dict[str, frozenset[str]]        # noun lemma -> the names of its contrast sets
-    age_modifiers: frozenset[str] = frozenset()  # "young", "little": the person's age is said
-    age_class: dict[str, str] | None = None      # person word -> "adult" or "child"
-    monochrome: frozenset[str] = frozenset()     # "photo": its "black and white" is no colour to replace
+    age_modifiers: frozenset[str]             # "young", "little": the person's age is said
+    age_class: dict[str, str]                 # person word -> "adult" or "child"
+    monochrome: frozenset[str]                # "photo": its "black and white" is no colour to replace
 
 
 @cache
@@ -176,4 +176,3 @@ def swap_rules() -> SwapRules:
         never_colour_targets=frozenset(raw["colour_moves"]["never_targets"]),
         fruit_colours=frozenset(raw["colour_moves"]["fruit_colours"]),
     )
-
