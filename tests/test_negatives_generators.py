@@ -688,6 +688,21 @@ def test_shared_synsets_are_the_ones_wordnet_names(gens):
     assert gens.lexicon.shares_synset("couch", "sofa") and not gens.lexicon.shares_synset("red", "blue")
 
 
+def test_tokens_read_from_arrays_are_spacys_own(nlp):
+    """Tokens.of reads every attribute from one array; each must be what spaCy's Token objects say, spaces,
+    double spaces and a leading space included."""
+    for doc in nlp.pipe([*CAPTIONS, " A  dog on a  bench. ", "", "Two dogs,  a cat"]):
+        tokens, lead = neg_replace.Tokens.of(doc), len(doc.text) - len(doc.text.lstrip())
+        assert tokens.texts == [t.text for t in doc] and tokens.spaces == [t.whitespace_ for t in doc]
+        assert tokens.lower == [t.lower_ for t in doc] and tokens.tags == [t.tag_ for t in doc]
+        assert tokens.deps == [t.dep_ for t in doc] and tokens.heads == [t.head.i for t in doc]
+        assert tokens.alpha == [t.is_alpha for t in doc] and tokens.stop == [t.is_stop for t in doc]
+        assert tokens.starts == [t.idx - lead for t in doc] and tokens.caption == doc.text.strip()
+        assert tokens.dependents == [[c.i for c in t.children] for t in doc]
+        assert all(tokens.children(t.i, ("det", "amod")) == [c.i for c in t.children if c.dep_ in ("det", "amod")]
+                   for t in doc)
+
+
 def test_multiword_entries_are_the_ones_wordnet_finds_synsets_for(gens):
     pairs = [("fire", "hydrant"), ("hot", "dogs"), ("little", "league"), ("open", "air"), ("high", "up"),
              ("close", "up"), ("living", "room"), ("attorneys", "general"), ("red", "car"), ("a", "dog"),

@@ -160,9 +160,12 @@ class CorpusModel:
         return self.__dict__["_unigram_total"]
 
     def count(self, word: str) -> int:
-        """How often the captions use this word (casefolded)."""
-        i = self.vocabulary.get(word.casefold())
-        return int(self.unigram[i]) if i is not None else 0
+        """How often the captions use this word (casefolded). Answers are kept: asked of every replacement word."""
+        cache = self.__dict__.setdefault("_counts", {})
+        if word not in cache:
+            i = self.vocabulary.get(word.casefold())
+            cache[word] = int(self.unigram[i]) if i is not None else 0
+        return cache[word]
 
     def bigram(self, a: str, b: str) -> int:
         """How often the captions have word b right after word a (casefolded). Answers are kept: the
@@ -185,7 +188,7 @@ class CorpusModel:
         return frozenset((self.image_words[lo:hi] & np.uint64(0xFFFFFFFF)).tolist())
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("_bigrams", "_unigram_total", "_new_ids_cache")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_bigrams", "_counts", "_unigram_total", "_new_ids_cache")}
 
     def fingerprint(self) -> str:
         """A digest of the model's content, recorded in reports (equal captions give equal models)."""

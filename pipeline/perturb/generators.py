@@ -139,6 +139,8 @@ class Generators:
             named = corpus.image_words_of(image) if corpus is not None and image is not None else None
             found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus,
                                                               image_words=named)
+        if all(t == "replace" or not items for t, items in found.items()):
+            return found  # replace's candidates need no surface check (and doc.text rebuilds the text)
         caption = doc.text.strip()
         return {t: [(c, a) for c, a in items if t == "replace" or not surface_problems(caption, c.text)]
                 for t, items in found.items()}
@@ -152,10 +154,9 @@ class Generators:
         proposals = [self.propose(doc, corpus, image) for doc, image in zip(docs, images, strict=True)]
         scores = [None] * len(docs)
         if scorer is not None:
-            groups = [(doc.text.strip(), [c for t in p.values() for c, _ in t]) for doc, p in
-                      zip(docs, proposals, strict=True)]
-            wanted = [k for k, (_, candidates) in enumerate(groups) if candidates]
-            for k, found in zip(wanted, scorer.drop_groups([groups[k] for k in wanted]), strict=True):
+            wanted = [k for k, p in enumerate(proposals) if any(p.values())]
+            groups = [(docs[k].text.strip(), [c for t in proposals[k].values() for c, _ in t]) for k in wanted]
+            for k, found in zip(wanted, scorer.drop_groups(groups), strict=True):
                 scores[k] = found
         out = []
         for doc, example_id, found, score in zip(docs, example_ids, proposals, scores, strict=True):

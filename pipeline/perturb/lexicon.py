@@ -77,6 +77,11 @@ class Lexicon:
                 lemma, _, rest = key.partition("%")
                 if self.lemma_counts.get((lemma, SENSE_KEY_POS.get(rest[:1])), 0) >= MIN_COUNT:
                     self.common_synsets.add((SYNSET_POS[rest[:1]], int(offset)))
+        # The first words of WordNet's multiword entries and of its multiword exception forms ("fire" of
+        # "fire_hydrant"): most caption word pairs start with none of them and need no morphy call.
+        self.multiword_firsts = frozenset(
+            key.partition("_")[0] for table in (wordnet._lemma_pos_offset_map, *wordnet._exception_map.values())
+            for key in table if "_" in key)
         self.senses = lru_cache(maxsize=200_000)(self._senses)
         self.ancestors = lru_cache(maxsize=200_000)(self._ancestors)
         self.lineage = lru_cache(maxsize=200_000)(lambda synset: self.ancestors(synset) | {synset})
@@ -148,6 +153,8 @@ class Lexicon:
         wn.synsets() of the joined words finds any, asked of the index through NLTK's own morphy, without
         reading the synsets from the data files (asked for every word pair of every caption)."""
         joined = "_".join(w.lower() for w in words)
+        if joined.partition("_")[0] not in self.multiword_firsts:
+            return False  # morphy changes only a word's ending: no entry can start with this word
         return any(self.wn._morphy(joined, pos) for pos in POS_LIST)
 
     def _near_synonyms(self, a: str, b: str, pos: str) -> bool:

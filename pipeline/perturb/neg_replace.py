@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.corpus import word_key
@@ -78,23 +77,31 @@ class Tokens:
     heads: list[int]
     starts: list[int]  # character offset of each token in the caption (doc.text.strip())
     caption: str
+    dependents: list[list[int]]  # per token, the tokens whose head it is (not itself), in order
 
     @classmethod
     def of(cls, doc) -> Tokens:
-        from spacy.attrs import HEAD
+        from spacy.attrs import DEP, HEAD, IDX, IS_ALPHA, IS_STOP, LOWER, ORTH, SPACY, TAG
 
-        tokens = list(doc)
-        texts, spaces = [t.text for t in tokens], [t.whitespace_ for t in tokens]
+        # One array for every attribute: each spaCy Token access builds a Python object.
+        orth, spacy_, lower, tag, alpha, stop, dep, head, idx = \
+            doc.to_array([ORTH, SPACY, LOWER, TAG, IS_ALPHA, IS_STOP, DEP, HEAD, IDX]).T.tolist()
+        strings = doc.vocab.strings
+        texts, spaces = [strings[h] for h in orth], [" " if s else "" for s in spacy_]
         text = "".join(w + s for w, s in zip(texts, spaces, strict=True))  # doc.text, without a second pass
         lead = len(text) - len(text.lstrip())
-        # Heads from the array (relative offsets): t.head builds one more Token object per token.
-        heads = (np.arange(len(tokens)) + doc.to_array([HEAD]).astype(np.int64)).tolist()
-        return cls(texts, spaces, [t.lower_ for t in tokens], [t.tag_ for t in tokens], [t.is_alpha for t in tokens],
-                   [t.is_stop for t in tokens], [t.dep_ for t in tokens], heads, [t.idx - lead for t in tokens],
-                   text.strip())
+        # HEAD is a relative offset, stored in the unsigned array as two's complement
+        heads = [j + (h - (1 << 64) if h >= 1 << 63 else h) for j, h in enumerate(head)]
+        dependents = [[] for _ in texts]  # once per caption: children() is asked many times per token
+        for j, h in enumerate(heads):
+            if h != j:
+                dependents[h].append(j)
+        return cls(texts, spaces, [strings[h] for h in lower], [strings[h] for h in tag], [bool(a) for a in alpha],
+                   [bool(s) for s in stop], [strings[h] for h in dep], heads, [i - lead for i in idx], text.strip(),
+                   dependents)
 
     def children(self, i: int, deps: tuple[str, ...]) -> list[int]:
-        return [j for j, h in enumerate(self.heads) if h == i and j != i and self.deps[j] in deps]
+        return [j for j in self.dependents[i] if self.deps[j] in deps]
 
 
 def compound_tokens(tokens: Tokens, lexicon: Lexicon) -> tuple[set[int], dict[int, tuple[int, bool]]]:
@@ -427,8 +434,9 @@ def _fits(corpus, tokens: Tokens, start: int, end: int, new: str, atom: str, lex
     take; an adjective said of living things only describes one; and a new object is not a near-synonym of
     another noun of the caption (`nouns`: (index, lemma)), "a man and a lady" -> "a woman and a lady"."""
     words_new = new.split()
-    if any(corpus.count(w) < MIN_WORD_COUNT for w in words_new):
-        return False
+    for w in words_new:  # a loop, not any(): asked of every candidate
+        if corpus.count(w) < MIN_WORD_COUNT:
+            return False
     if atom == "relation" and coarse_pos(tokens.tags[start]) == "VERB":
         following = tokens.lower[end] if end < len(tokens.lower) else None
         if following and tokens.alpha[end] and corpus.bigram(words_new[-1], following) == 0:
