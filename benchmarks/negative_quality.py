@@ -17,7 +17,8 @@
    (--exchanges), a third and a fourth reader's blind reads of replace (--replace_reread, --replace_reread2), a
    blind read of swap exchanges split by whether the role rule keeps them (--swap_roles), the two blind reads of
    a ranker that tried reliability tiers first (--replace_reread3, --tiers_paired; not kept), the two rankers'
-   negatives of the same captions read blind (--lm_paired), and the automatic figures on the whole file:
+   negatives of the same captions read blind (--lm_paired), an eighth reader's blind read of replace/9
+   (--replace_reread4), and the automatic figures on the whole file:
    yield per type, rare-word share, identical swap/negclip negatives, a/an errors, conjunct swaps, moved
    quantity heads, and every check of `pipeline.checks.negatives`.
 """
@@ -161,6 +162,9 @@ def main() -> int:
     parser.add_argument("--replace_reread3", default=str(REPO / "benchmarks" / "judged" / "replace_reread3.jsonl"),
                         help="a fifth reader's blind labels on rows of other captions chosen by a ranker that tried "
                              "reliability tiers first (not kept), with rows of --replace_reread2 mixed in")
+    parser.add_argument("--replace_reread4", default=str(REPO / "benchmarks" / "judged" / "replace_reread4.jsonl"),
+                        help="an eighth reader's blind labels on replace/9 rows of other captions, with rows of "
+                             "--replace_reread2 mixed in")
     parser.add_argument("--tiers_paired", default=str(REPO / "benchmarks" / "judged" / "replace_tiers_paired.jsonl"),
                         help="a sixth reader's blind labels on both negatives (replace/7, tiers) of the captions "
                              "where the tiers changed the choice")
@@ -210,6 +214,9 @@ def main() -> int:
     calibrated_read(Path(args.replace_reread3), "a ranker that tried reliability tiers first (not kept), 80 rows of "
                     "captions read nowhere else, read blind by a fifth reader", "the same reader on 20 of the fourth "
                     "reader's replace rows, mixed in unmarked (the fourth reader passed 15 of them)")
+    calibrated_read(Path(args.replace_reread4), "replace/9 (this code), 80 rows of captions read nowhere else, "
+                    "read blind by an eighth reader", "the same reader on 20 of the fourth reader's replace rows, "
+                    "mixed in unmarked (the fourth reader passed 15 of them)")
     paired_read(Path(args.tiers_paired), {"replace/7": "replace/7 (smallest drop)", "tiers": "the tiers' choice"},
                 "the 28 of those captions where the tiers chose another negative, both negatives read blind by a "
                 "sixth reader, mixed")
