@@ -188,7 +188,8 @@ class CorpusModel:
         return frozenset((self.image_words[lo:hi] & np.uint64(0xFFFFFFFF)).tolist())
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("_bigrams", "_counts", "_unigram_total", "_new_ids_cache")}
+        kept_answers = ("_bigrams", "_counts", "_unigram_total", "_new_ids_cache")  # rebuilt on each worker
+        return {k: v for k, v in self.__dict__.items() if k not in kept_answers}
 
     def fingerprint(self) -> str:
         """A digest of the model's content, recorded in reports (equal captions give equal models)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from pipeline.perturb.candidates import Candidate, coarse_pos
 from pipeline.perturb.corpus import word_key
 from pipeline.perturb.inflect import Inflector
