@@ -44,17 +44,15 @@ MODIFIERS = ("amod", "compound", "nummod", "poss", "nmod")
 COPULAS = frozenset("is are was were be been being has have had".split())
 
 
-def noun_pairs(doc, lexicon, same_class) -> list[tuple]:
-    """Pairs of different exchangeable nouns for which same_class(a, b) holds."""
+def noun_pairs(doc, lexicon) -> list[tuple]:
+    """Pairs of different nouns that may trade places by the issue's rules other than like with like."""
     nouns = [t for t in doc if t.tag_ in neg_swap.NOUN_TAGS and t.is_alpha and not neg_swap._in_compound(t, lexicon)
              and not neg_swap._quantity_head(t)]
     pairs = []
     for i, a in enumerate(nouns):
         for b in nouns[i + 1:]:
-            if neg_swap._lemma(lexicon, a.lower_, a.tag_ == "NNS") == \
-                    neg_swap._lemma(lexicon, b.lower_, b.tag_ == "NNS") or neg_swap._coordinated(a, b):
-                continue
-            if same_class(a, b):
+            if neg_swap._lemma(lexicon, a.lower_, a.tag_ == "NNS") != \
+                    neg_swap._lemma(lexicon, b.lower_, b.tag_ == "NNS") and not neg_swap._coordinated(a, b):
                 pairs.append((a, b))
     return pairs
 
@@ -77,7 +75,7 @@ def main() -> None:
 
     counts = Counter()
     for doc in nlp.pipe(captions, batch_size=256):
-        any_two = noun_pairs(doc, lexicon, lambda a, b: True)
+        any_two = noun_pairs(doc, lexicon)
         alike = [(a, b) for a, b in any_two if broad(a) is not None and broad(a) == broad(b)]
         attributes = bool(neg_swap._attribute_pairs(doc))
         colour_move = len({t.i for t in doc if t.tag_ in neg_swap.NOUN_TAGS}) >= 2 and any(
