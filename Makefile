@@ -28,9 +28,10 @@ wordnet:
 	  ($(SUDO) apt-get update >/dev/null && \
 	   $(SUDO) apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index >/dev/null)
 
-# The sample's hard positives come from a real model: the embedded SmolLM2-135M-Instruct (the default
-# --llm_engine=transformers --model), on the CPU, in its own chat template; a rejected answer is asked again with
-# sampling (--llm_retries). samples/coco/hard_positives_replay.jsonl stays for the tests (--llm_engine=replay).
+# The sample's hard positives come from both sources: the rules rule_replace and rule_swap (no model), and a real
+# model, the embedded SmolLM2-135M-Instruct (--llm_engine=transformers with no --model), on the CPU, in its own chat
+# template; a rejected answer is asked again with sampling (--llm_retries). train takes the LLM's positive where
+# it was accepted, else a rule's. samples/coco/hard_positives_replay.jsonl stays for the tests (--llm_engine=replay).
 sample: setup
 	$(BIN)/python -m pipeline.run --stage=eval_sets \
 	  --vl_checklist_root=samples/vl_checklist \
@@ -40,7 +41,8 @@ sample: setup
 	  --coco_captions=samples/coco/captions_sample.json \
 	  --output_dir=$(SAMPLE_OUT)/order_eval
 	$(BIN)/python -m pipeline.run --stage=all \
-	  --coco_captions=samples/coco/captions_sample.json --negative_types=all --llm_retries=2 \
+	  --coco_captions=samples/coco/captions_sample.json --negative_types=all \
+	  --llm_engine=transformers --positive_types=replace,swap,rule_replace,rule_swap --llm_retries=2 \
 	  --cache_dir=$(SAMPLE_OUT)/llm_cache --output_dir=$(SAMPLE_OUT)/all
 	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 

@@ -1,22 +1,25 @@
 """The full-size rehearsal: --stage=all on 591,753 COCO captions (the size of COCO train), the LLM left out.
 
     .venv/bin/python benchmarks/full_size.py [--captions 591753] [--work /tmp/hardpos-full] [--mode all|stages]
+        [--positives rules|replay]
 
 1. Input: the real val2017 captions (../shared/data/coco/captions_val2017.json, 25,014) copied until there are
    --captions of them. Every copy has fresh caption and image ids and a light, deterministic variation of the text
    (one of 12 openings times a toggled final period; copy 0 as it is, stripped), so no two copies share a text.
-2. A replay file answering every hard-positive prompt (replace and swap): a synonym from the paper's REPLACE table
-   where the validator accepts one, the two sides of an "and" exchanged where it accepts that, else the caption
-   itself (rejected as `identical`, as a model's echo would be). The LLM's cost is measured elsewhere
-   (benchmarks/llm_server.py); here the engine answers at once, so what is timed is the pipeline.
-3. Runs `python -m pipeline.run --stage=all` (default negative types) with the replay engine on the DirectRunner,
+2. The hard positives: --positives=rules (default) makes them with the rules rule_replace and rule_swap, as
+   `--stage=all` does by default on a machine without a GPU. --positives=replay instead writes a replay file
+   answering every LLM prompt (replace and swap): a synonym from the paper's REPLACE table where the validator
+   accepts one, the two sides of an "and" exchanged where it accepts that, else the caption itself (rejected as
+   `identical`, as a model's echo would be). The LLM's cost is measured elsewhere (benchmarks/llm_server.py).
+3. Runs `python -m pipeline.run --stage=all` (default negative types) on the DirectRunner,
    --direct_num_workers=2 --direct_running_mode=multi_processing, and samples the memory of the launcher and of
    every worker process twice a second. --mode=stages runs train_negatives, hard_positives and train_set as three
    pipelines instead (a wall time per stage; train_set then reads the other two tables back).
 4. Prints per run: wall time, peak RSS of the launcher, of each worker and of all together (for --stage=all also
    per stage of its chain, from the line pipeline.run prints as each stage commits); per table rows, shards,
    bytes, rows per shard (min/max against --rows_per_shard) and whether the report balances; and writes it all
-   to <work>/full_size.json. "MB" here is MiB (2**20 bytes).
+   to <work>/full_size.json; and whether the train table holds exactly the captions with both a hard positive
+   and a hard negative. "MB" here is MiB (2**20 bytes).
 """
 from __future__ import annotations
 
@@ -112,7 +115,7 @@ def replay_answers(captions: list[str]) -> dict[str, dict[str, str]]:
             for c in captions}
 
 
-def write_inputs(work: Path, n: int) -> tuple[Path, Path, dict]:
+def write_inputs(work: Path, n: int, replay: bool) -> tuple[Path, Path | None, dict]:
     source = json.loads(VAL2017.read_text())
     captions_path, replay_path = work / "captions_full.json", work / "replay_full.jsonl"
     data = build_captions(source, n)
@@ -120,6 +123,8 @@ def write_inputs(work: Path, n: int) -> tuple[Path, Path, dict]:
     assert len(set(texts)) >= len(set(a["caption"] for a in source["annotations"])) * min(
         1, n // len(source["annotations"])), "copies collapsed"
     captions_path.write_text(json.dumps(data))
+    if not replay:
+        return captions_path, None, {"captions": len(texts), "distinct_texts": len(set(texts))}
     by_id = {a["id"]: a["caption"].strip() for a in source["annotations"]}
     base = replay_answers(sorted(set(by_id.values())))
     accepted = {"replace": 0, "swap": 0}
@@ -226,27 +231,50 @@ def tables_of(output_dir: Path) -> dict:
     return found
 
 
+def train_is_the_intersection(output_dir: Path) -> dict:
+    """Whether train's rows are exactly the captions with a hard positive and a hard negative (negative 0 of
+    the first negative type), from the three tables as written."""
+    import pyarrow.parquet as pq
+
+    def ids(table: str, column_filter=None) -> set[str]:
+        found = set()
+        for f in sorted((output_dir / table).glob("*.parquet")):
+            t = pq.read_table(f, columns=["example_id", *([column_filter[0]] if column_filter else [])])
+            rows = t.to_pylist()
+            found.update(r["example_id"] for r in rows if not column_filter or r[column_filter[0]] == column_filter[1])
+        return found
+
+    both = ids("hard_positives") & ids("train_negatives", ("negative_index", 0))
+    train = ids("train")
+    return {"captions_with_both": len(both), "train_rows": len(train), "equal": both == train}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--captions", type=int, default=COCO_TRAIN_CAPTIONS)
     parser.add_argument("--work", type=Path, default=Path("/tmp/hardpos-full"))
     parser.add_argument("--mode", choices=("all", "stages"), default="all")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--positives", choices=("rules", "replay"), default="rules",
+                        help="hard positives from the rules (default) or from a replay file standing for an LLM")
     parser.add_argument("--extra", default="", help="more pipeline flags, space-separated")
     ns = parser.parse_args(argv)
     ns.work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    captions_path, replay_path, made = write_inputs(ns.work, ns.captions)
+    captions_path, replay_path, made = write_inputs(ns.work, ns.captions, ns.positives == "replay")
     made["seconds"] = round(time.monotonic() - started, 1)
     made["workers"] = ns.workers
-    print(f"input: {made['captions']:,} captions ({made['distinct_texts']:,} distinct texts), "
-          f"{made['replay_answers']:,} replay answers, not echoes: {made['answers_not_echoes']}; "
+    made["positives"] = ns.positives
+    answers = (f"{made['replay_answers']:,} replay answers, not echoes: {made['answers_not_echoes']}; "
+               if replay_path else "rule positives; ")
+    print(f"input: {made['captions']:,} captions ({made['distinct_texts']:,} distinct texts), {answers}"
           f"made in {made['seconds']} s", flush=True)
     out, cache = ns.work / "out", ns.work / "llm_cache"
     subprocess.run(["rm", "-rf", str(out), str(cache)], check=True)
     common = [f"--output_dir={out}", f"--direct_num_workers={ns.workers}", "--direct_running_mode=multi_processing",
               "--progress_seconds=60", *ns.extra.split()]
-    llm = [f"--llm_engine=replay", f"--llm_replay={replay_path}", f"--model={MODEL}", f"--cache_dir={cache}"]
+    llm = (["--llm_engine=replay", f"--llm_replay={replay_path}", f"--model={MODEL}", f"--cache_dir={cache}",
+            "--positive_types=replace,swap"] if replay_path else [])
     coco = [f"--coco_captions={captions_path}"]
     runs = ({"all": ["--stage=all", *coco, *llm]} if ns.mode == "all" else
             {"train_negatives": ["--stage=train_negatives", *coco], "hard_positives": ["--stage=hard_positives",
@@ -273,6 +301,10 @@ def main(argv=None) -> int:
                   f"{t['rejected']:,}, balanced {t['balanced']}; {t['shards']} shards, {t['bytes'] / 2**20:,.1f} MB, "
                   f"rows per shard {t['rows_per_shard_min_max']}\n    discarded: {t['discard_reasons']}\n"
                   f"    rejected: {t['reject_reasons']}")
+        results["train_check"] = train_is_the_intersection(out)
+        check = results["train_check"]
+        print(f"train rows {check['train_rows']:,} = captions with a hard positive and a hard negative "
+              f"{check['captions_with_both']:,}: {'yes' if check['equal'] else 'NO'}")
     (ns.work / "full_size.json").write_text(json.dumps(results, indent=2))
     return 0 if all(r["exit"] == 0 for r in results["runs"].values()) else 1
 

@@ -38,7 +38,7 @@ def make_data(root: Path, rows: int, image_size: int) -> tuple[Path, Path]:
                       "image_url": None, "source_file": "benchmark", "caption": f"a {a} {b} next to a {c} {d}",
                       "hard_positive": f"a {a} {b} beside a {c} {d}", "positive_type": "replace",
                       "hard_negative": f"a {c} {b} next to a {a} {d}", "negative_type": "swap",
-                      "positive_model": "benchmark", "positive_prompt_sha256": "0" * 64,
+                      "positive_generator": None, "positive_model": "benchmark", "positive_prompt_sha256": "0" * 64,
                       "negative_generator": "benchmark", "seed": 0})
     write_run_folder(root / "data", "train", table)
     return root / "data", root / "images"

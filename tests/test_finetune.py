@@ -39,7 +39,8 @@ def train_row(i: int) -> dict:
             "hard_positive": f"next to a tree a {color} {thing} number {i}",
             "positive_type": "swap" if i % 3 == 0 else "replace",
             "hard_negative": f"a {thing} next to a {color} tree number {i}", "negative_type": "replace",
-            "positive_model": "test", "positive_prompt_sha256": "0" * 64, "negative_generator": "replace/1",
+            "positive_generator": None, "positive_model": "test", "positive_prompt_sha256": "0" * 64,
+            "negative_generator": "replace/1",
             "seed": 0}
 
 

@@ -50,7 +50,8 @@ def tiny_model(tmp_path_factory, captions_300):
 
 def llm_args(captions, out, cache, model, *extra):
     return ["--stage=hard_positives", f"--coco_captions={captions}", f"--output_dir={out}", f"--cache_dir={cache}",
-            "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", "--chat_format=llama2", *extra]
+            "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", "--chat_format=llama2",
+            "--positive_types=replace,swap", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,8 @@ def test_train_set_has_a_row_for_every_caption_not_accounted_as_failed(chain):
     assert 0 < accepted < positives["tables"]["hard_positives"]["prompts"]
     for row in rows:
         assert row["hard_positive"] != row["caption"] and row["hard_negative"] != row["caption"]
-        assert row["positive_type"] in ("replace", "swap") and row["negative_type"] == "replace"
+        assert row["positive_type"] in ("replace", "swap", "rule_replace", "rule_swap")
+        assert row["negative_type"] == "replace"
     assert len({r["example_id"] for r in rows}) == len(rows)
 
 
@@ -200,12 +202,39 @@ def test_hard_positive_rows_record_the_prompt_and_sampling(chain):
     rows = rows_of(chain[0], "hard_positives")
     prompt_sha = {t: __import__("hashlib").sha256((REPO / "prompts" / f"{t}.txt").read_bytes()).hexdigest()
                   for t in ("replace", "swap")}
-    for row in rows:
-        assert row["prompt_sha256"] == prompt_sha[row["positive_type"]]
+    llm = [r for r in rows if r["positive_type"] in ("replace", "swap")]
+    for row in llm:
+        assert row["prompt_sha256"] == prompt_sha[row["positive_type"]] and row["generator"] is None
         assert row["temperature"] == 0.0 and row["attempt"] == 0 and row["model"] == "stub"
         assert row["max_new_tokens"] == (30 if row["positive_type"] == "replace" else 20)
-    assert {r["positive_type"] for r in rows} == {"replace", "swap"}
+    assert {r["positive_type"] for r in llm} == {"replace", "swap"}
     assert all(not re.match(r"(?i)sure", r["hard_positive"]) for r in rows)
+    # with an engine named, the rules run beside it: their rows name the rule and nothing of a model
+    rules = [r for r in rows if r not in llm]
+    assert {r["positive_type"] for r in rules} == {"rule_replace", "rule_swap"}
+    for row in rules:
+        assert re.fullmatch(r"rule_(replace|swap)/\d+", row["generator"]) and row["generator"].startswith(
+            row["positive_type"])
+        assert all(row[c] is None for c in ("model", "llm_engine", "prompt_sha256", "chat_format", "temperature",
+                                            "attempt", "output_tokens"))
+
+
+def test_train_prefers_the_llm_positive_and_falls_back_to_a_rule(chain):
+    out, _, _, train, _, _ = chain
+    positives = {}
+    for row in rows_of(out, "hard_positives"):
+        positives.setdefault(row["example_id"], {})[row["positive_type"]] = row
+    assert train["tables"]["train"]["positive_types"] == ["replace", "swap", "replace_verb", "replace_preposition",
+                                                          "rule_replace", "rule_swap"]
+    order = train["tables"]["train"]["positive_types"]
+    kinds = set()
+    for row in rows_of(out, "train"):
+        offered = positives[row["example_id"]]
+        first = next(t for t in order if t in offered)
+        assert row["positive_type"] == first and row["hard_positive"] == offered[first]["hard_positive"]
+        assert (row["positive_generator"] is None) == (row["positive_model"] is not None)
+        kinds.add("llm" if row["positive_model"] else "rule")
+    assert kinds == {"llm", "rule"}
 
 
 def test_missing_llm_flags_fail_fast_with_one_line(tmp_path, capsys):
@@ -232,7 +261,7 @@ REPLAY = SAMPLE_CAPTIONS.parent / "hard_positives_replay.jsonl"
 def replay_args(out, cache, replay, *extra):
     return ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
             f"--cache_dir={cache}", "--llm_engine=replay", f"--llm_replay={replay}", "--model=m",
-            "--positive_checks=rules", "--progress_seconds=0", *extra]
+            "--positive_checks=rules", "--positive_types=replace,swap", "--progress_seconds=0", *extra]
 
 
 def test_case6_an_empty_or_conflicting_replay_file_is_refused_naming_file_and_line(tmp_path, capsys):
@@ -281,3 +310,62 @@ def test_case14_a_cache_file_that_is_not_utf8_is_a_cache_miss(tmp_path):
     assert main(replay_args(out, cache, REPLAY)) == 0
     section = report(out)["tables"]["hard_positives"]
     assert section["generation_calls"] >= 1 and section["balanced"]  # the damaged entry was asked again
+
+
+@pytest.fixture(scope="module")
+def rules_run(tmp_path_factory):
+    """--stage=hard_positives with no LLM flag (the rules only), with transformers and torch made unimportable:
+    a stage that only needs rule types never loads a model; and again with other batches and two workers."""
+    base = tmp_path_factory.mktemp("rules")
+    blocked = base / "blocked"
+    for name in ("transformers", "torch", "vllm"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} must not be loaded')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), str(REPO)])}
+    runs = []
+    for name, extra in (("first", []), ("again", ["--nlp_batch_size=7", "--direct_num_workers=2",
+                                                  "--direct_running_mode=multi_processing"])):
+        out = base / name
+        done = subprocess.run([sys.executable, "-m", "pipeline.run", "--stage=hard_positives",
+                               f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}", "--progress_seconds=0",
+                               "--runner=DirectRunner", *extra], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(out)
+    return runs
+
+
+def test_rule_positives_are_made_without_a_model_and_every_caption_is_accounted_for(rules_run):
+    out = rules_run[0]
+    section = report(out)["tables"]["hard_positives"]
+    records = json.loads(SAMPLE_CAPTIONS.read_text())["annotations"]
+    malformed = sum(section["reject_reasons"].values())
+    good = len(records) - malformed
+    # read = captions (each emitted with its rule rows, or one discarded letter) + malformed records
+    assert section["read"] == len(records) and section["balanced"]
+    assert section["emitted"] + section["discarded"] + section["rejected"] == section["read"]
+    assert set(section["discard_reasons"]) == {"no_rule_positive"}
+    assert "model" not in section and "prompts" not in section
+    for kind, stats in section["rule_types"].items():
+        assert stats["captions"] == good and 0 < stats["rows"] < good
+        assert re.fullmatch(rf"{kind}/\d+", stats["generator"]) and len(stats["data_sha256"]) == 64
+    rows = rows_of(out, "hard_positives")
+    assert len(rows) == section["rows"] == sum(s["rows"] for s in section["rule_types"].values())
+    assert len({r["example_id"] for r in rows}) == section["emitted"]
+    for row in rows:
+        assert row["generator"].startswith(row["positive_type"] + "/") and row["model"] is None
+        assert row["hard_positive"] != row["caption"]
+    letters = dead_rows(out, "discarded", "hard_positives")
+    for letter in letters:  # why, per type
+        assert "rule_replace: " in letter["detail"] and "rule_swap: " in letter["detail"]
+    ids = [r["example_id"] for r in rows] + [json.loads(r["record"])["example_id"] for r in letters]
+    assert len(set(ids)) == good and not {r["example_id"] for r in rows} & {
+        json.loads(r["record"])["example_id"] for r in letters}
+
+
+def test_rule_positives_are_the_same_bytes_whatever_the_batches_and_workers(rules_run):
+    first, again = rules_run
+    assert visible_files(first).keys() == visible_files(again).keys()
+    for name, data in visible_files(first).items():
+        if name.endswith(".parquet"):
+            assert data == visible_files(again)[name], name

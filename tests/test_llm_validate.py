@@ -142,3 +142,22 @@ def test_case9_cleaning_never_removes_what_the_caption_contains(caption, raw, ex
     assert (verdict.ok, verdict.text) == (True, expected)
     assert clean(raw, caption) == expected
 
+
+
+@pytest.mark.parametrize("kind, caption, raw, expected", [
+    # a model drops the full stop, adds a comma, changes the capital or the spacing: the accepted positive has the
+    # caption's own, so c and c_p differ only in the words changed (issue 26 point 6)
+    ("replace", "A man holding an umbrella on a busy street.", "A man, grasping an umbrella on a busy street",
+     "A man grasping an umbrella on a busy street."),
+    ("replace", "A man  holding an umbrella on a busy street", "A man holding an umbrella on a busy road.",
+     "A man  holding an umbrella on a busy road"),
+    ("replace", "a man holding an umbrella.", "A man holding a parasol.", "a man holding a parasol."),
+    ("swap", "A dog and a cat sleeping on the couch.", "A cat and a dog sleeping on the couch",
+     "A cat and a dog sleeping on the couch."),
+    ("swap", "a dog  and a cat sleeping on the couch ", "A cat and a dog sleeping on the couch.",
+     "a cat  and a dog sleeping on the couch "),
+])
+def test_an_accepted_positive_keeps_the_captions_punctuation_spacing_and_capital(kind, caption, raw, expected):
+    verdict = validate(kind, caption, raw, "stop")
+    assert verdict.ok, verdict
+    assert verdict.text == expected

@@ -66,7 +66,12 @@ def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
     # the sample's hand-written answers: 2 wrong ones (two changes; open -> closed) and 1 missing answer are
     # rejected, the rest accepted
     hp = report(out / "all")["tables"]["hard_positives"]
-    assert hp["rows"] == 41 and hp["rejected_generations"] == 3 and hp["balanced"]
+    assert hp["accepted"] == 41 and hp["rejected_generations"] == 3 and hp["balanced"]
+    rule_rows = {t: v["rows"] for t, v in hp["rule_types"].items()}
+    assert hp["rows"] == 41 + sum(rule_rows.values()) and rule_rows["rule_replace"] > 0 and rule_rows["rule_swap"] > 0
+    # the LLM's positive where it was accepted, else a rule's: most good captions make a training triple
+    train = report(out / "all")["tables"]["train"]
+    assert train["rows"] >= 0.6 * (train["read"] - train["rejected"])
 
 
 def test_progress_lines_come_while_rows_are_still_arriving(release):

@@ -203,8 +203,56 @@ def validate(positive_type: str, caption: str, raw: str, finish_reason: str | No
     if not answer.ok:
         return answer
     if positive_type == "swap":
-        return _validate_swap(caption, answer.text)
-    return _validate_replace(caption, answer.text, is_negative)
+        verdict = _validate_swap(caption, answer.text)
+        return Verdict(True, keep_ends(caption, verdict.text)) if verdict.ok else verdict
+    verdict = _validate_replace(caption, answer.text, is_negative)
+    return Verdict(True, rebuilt_replace(caption, verdict.text), detail=verdict.detail) if verdict.ok else verdict
+
+
+_END = re.compile(r"[\s.!?,;:]*$")
+
+
+def keep_ends(caption: str, text: str) -> str:
+    """text with the caption's final punctuation and whitespace, its first letter's case and, where the two have
+    as many words, its spacing between words: a model adds or drops a full stop where the caption has none or
+    one, or a double space, cues that tell c_p from c without the photo."""
+    text = text[:_END.search(text).start()] + caption[_END.search(caption).start():]
+    gaps, pieces = re.findall(r"\s+", caption.strip()), text.split()
+    if len(pieces) == len(gaps) + 1:
+        text = "".join(p + g for p, g in zip(pieces, [*gaps, ""], strict=True)) + caption[len(caption.rstrip()):]
+    text = text[len(text) - len(text.lstrip()):]
+    text = caption[:len(caption) - len(caption.lstrip())] + text
+    if text.strip() and caption.strip() and caption.strip()[0].isalpha():
+        at = len(text) - len(text.lstrip())
+        first = caption.strip()[0]
+        text = text[:at] + (text[at].upper() if first.isupper() else text[at].lower()) + text[at + 1:]
+    return text
+
+
+def rebuilt_replace(caption: str, text: str) -> str:
+    """A one-span rewrite as the caption with only that span replaced: the caption's own spacing, punctuation
+    and case everywhere else (a model's added comma or dropped full stop is a surface cue, not a synonym), the
+    a/an before the span made to agree with the new word."""
+    from pipeline.perturb.text import indefinite_article, match_case
+
+    def spans(s: str) -> list[tuple[int, int, str]]:  # words with offsets, "an" read as "a" (as one_span does)
+        return [(m.start(), m.end(), "a" if m.group().lower() == "an" else m.group().lower())
+                for m in _WORD.finditer(s)]
+
+    old, new = spans(caption), spans(text)
+    changes = [op for op in difflib.SequenceMatcher(a=[w for *_, w in old], b=[w for *_, w in new],
+                                                    autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(changes) != 1 or changes[0][1] == changes[0][2] or changes[0][3] == changes[0][4]:
+        return text
+    _, i1, i2, j1, j2 = changes[0]
+    span = text[new[j1][0]:new[j2 - 1][1]]
+    if i1 == 0:
+        span = match_case(caption[old[0][0]:old[0][1]], span)
+    before = caption[:old[i1][0]]
+    if i1 > 0 and old[i1 - 1][2] == "a" and old[i1 - 1][1] == len(before.rstrip()):
+        start, end = old[i1 - 1][0], old[i1 - 1][1]
+        before = before[:start] + match_case(caption[start:end], indefinite_article(span)) + before[end:]
+    return before + span + caption[old[i2 - 1][1]:]
 
 
 def validate_negative(negative_type: str, caption: str, raw: str, finish_reason: str | None = None,
@@ -346,8 +394,28 @@ def _validate_replace(caption: str, text: str, is_negative) -> Verdict:
     return Verdict(True, text, detail=detail)
 
 
+def table_synonyms(a: str, b: str) -> bool:
+    """a and b (words or phrases, any inflection of a noun) are a pair of the rule_replace synonym table
+    (perturb/data/positive_synonyms.json): true synonyms, read and kept as such."""
+    return frozenset((_table_key(a), _table_key(b))) in _table_pairs()
+
+
+def _table_key(phrase: str) -> str:
+    return " ".join(singular(w.removesuffix("'s")) for w in words(phrase) if w not in ARTICLES)
+
+
+@cache
+def _table_pairs() -> frozenset[frozenset[str]]:
+    from pipeline.perturb.rule_data import positive_synonyms
+
+    return frozenset(frozenset((_table_key(e["from"]), _table_key(e["to"]))) for e in positive_synonyms().entries)
+
+
 def _rule_negative(old: list[str], new: list[str]) -> str | None:
-    """A replacement that changes the meaning the way a hard negative does."""
+    """A replacement that changes the meaning the way a hard negative does (never a pair of the synonym table:
+    "kids" -> "children" changes no person)."""
+    if table_synonyms(" ".join(old), " ".join(new)):
+        return None
     for kind, vocabulary in (("number_changed", NUMBERS), ("colour_changed", COLOURS), ("person_changed", PEOPLE)):
         if any(w in vocabulary or (kind == "number_changed" and w.isdigit()) for w in old) and \
                 any(w in vocabulary or (kind == "number_changed" and w.isdigit()) for w in new):
@@ -420,6 +488,8 @@ def lexicon_check(lexicon) -> Callable[[list[str], list[str]], str | None]:
 
     def synonym(a: str, b: str) -> bool:
         if listed_near_synonyms(a, b) or lexicon.shares_synset(a.replace(" ", "_"), b.replace(" ", "_")):
+            return True
+        if table_synonyms(a, b) or table_synonyms(lexicon.lemma(a, "v") or a, lexicon.lemma(b, "v") or b):
             return True
         for pos in ("n", "v", "a", "r"):
             if pos == "n":  # a plural's base form first ("men" is also WordNet's work force)

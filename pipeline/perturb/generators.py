@@ -73,9 +73,13 @@ def check_resources(negative_types: list[str], model: str | None = None) -> None
 
 def load_spacy(negative_types: list[str], model: str | None = None):
     """The spaCy pipeline with only the components these generators need."""
+    return spacy_pipeline(set().union(*(NEEDS[t] for t in negative_types)), model)
+
+
+def spacy_pipeline(needs: set[str], model: str | None = None):
+    """The spaCy pipeline with only the components named in `needs` (TAGGER, PARSER)."""
     import spacy
 
-    needs = set().union(*(NEEDS[t] for t in negative_types))
     names = [model] if model else list(SPACY_MODELS)
     for name in names:
         try:

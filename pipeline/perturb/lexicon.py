@@ -41,6 +41,8 @@ BLOCKED = frozenset("whore prostitute slut bitch bastard mistress harlot hooker 
 # WordNet's people are mostly roles a photo cannot show or that overlap ("liberal", "host", "skier" for a
 # man): a person is replaced only between these, which a photo tells apart.
 PERSON_WORDS = ("man", "woman", "boy", "girl", "baby")
+# Plurals that name persons in captions whatever WordNet's first sense ("people" is a nation there).
+PEOPLE_WORDS = frozenset({"people", "persons", "folks"})
 # Noun senses a photo can show; a word's visual senses are preferred over more frequent abstract ones
 # ("table" the furniture, not the data table).
 VISUAL_LEXNAMES = frozenset(f"noun.{n}" for n in
@@ -132,6 +134,13 @@ class Lexicon:
 
     def shares_synset(self, a: str, b: str) -> bool:
         return bool(self.synsets(a) & self.synsets(b))
+
+    def noun_class_of(self, word: str, plural: bool) -> str | None:
+        """The lexicographer file of a caption noun as written: a plural's base form first ("men" is "man", not
+        the work force), and "people" persons, as captions mean them."""
+        if word.lower() in PEOPLE_WORDS:
+            return "noun.person"
+        return self.noun_class(self.noun_lemma(word, plural) or word) if plural else self.noun_class(word)
 
     def _noun_class(self, word: str) -> str | None:
         """The lexicographer file of the word's dominant noun sense (noun.person, noun.animal, ...)."""
@@ -278,3 +287,8 @@ class Lexicon:
         if reached is not None and reached not in own[:2]:  # reached through a rare sense of the word
             return False
         return not self.shares_synset(word, original)
+
+
+def kind_of(token, lexicon: Lexicon) -> str | None:
+    """The lexicographer file of a parsed caption noun (a spaCy token), as Lexicon.noun_class_of reads it."""
+    return lexicon.noun_class_of(token.lower_, token.tag_ in ("NNS", "NNPS"))

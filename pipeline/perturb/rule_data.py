@@ -176,3 +176,47 @@ def swap_rules() -> SwapRules:
         never_colour_targets=frozenset(raw["colour_moves"]["never_targets"]),
         fruit_colours=frozenset(raw["colour_moves"]["fruit_colours"]),
     )
+
+
+@dataclass(frozen=True)
+class PositiveSwaps:
+    fixed_pairs: frozenset[frozenset[str]]
+    fixed_words: frozenset[str]                 # the multiword sides of fixed pairs ("hot dog")
+    monochrome_only: frozenset[frozenset[str]]
+    monochrome_nouns: frozenset[str]
+    intensifiers: frozenset[str]
+    ordinals: frozenset[str]
+    shared_prepositions: frozenset[str]
+    worn: frozenset[str]                        # WordNet synset names of what is worn
+    sha256: str
+
+
+@cache
+def positive_swaps() -> PositiveSwaps:
+    """data/positive_swaps.json: what rule_swap (perturb/pos_swap.py) may exchange."""
+    raw, digest = _load("positive_swaps.json")
+    return PositiveSwaps(
+        fixed_pairs=frozenset(frozenset(pair) for pair in raw["fixed_pairs"]),
+        fixed_words=frozenset(w for pair in raw["fixed_pairs"] for w in pair if " " in w),
+        monochrome_only=frozenset(frozenset(pair) for pair in raw["monochrome_only"]),
+        monochrome_nouns=frozenset(raw["monochrome_nouns"]) | replacements().monochrome,
+        intensifiers=frozenset(raw["intensifiers"]),
+        ordinals=frozenset(raw["ordinals"]),
+        shared_prepositions=frozenset(raw["shared_prepositions"]),
+        worn=frozenset(raw["worn"]),
+        sha256=digest,
+    )
+
+
+@dataclass(frozen=True)
+class PositiveSynonyms:
+    entries: list[dict]
+    version: int
+    sha256: str
+
+
+@cache
+def positive_synonyms() -> PositiveSynonyms:
+    """data/positive_synonyms.json: the table rule_replace (perturb/pos_replace.py) reads."""
+    raw, digest = _load("positive_synonyms.json")
+    return PositiveSynonyms(raw["entries"], raw["version"], digest)

@@ -15,8 +15,8 @@ from pipeline.publish.layout import Table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
 # Columns whose values are worth counting in the card (per table, when present).
-COUNT_COLUMNS = ("subset", "category", "negative_type", "positive_type", "generator", "negative_generator", "model",
-                 "positive_model")
+COUNT_COLUMNS = ("subset", "category", "negative_type", "positive_type", "generator", "negative_generator",
+                 "positive_generator", "model", "positive_model")
 _DTYPES = {pa.string(): "string", pa.large_string(): "string", pa.int64(): "int64", pa.int32(): "int32",
            pa.float64(): "float64", pa.bool_(): "bool"}
 

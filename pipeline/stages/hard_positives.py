@@ -1,27 +1,52 @@
-"""Stage hard_positives: LLM rewrites of COCO captions that keep their meaning, validated, cached, resumable.
+"""Stage hard_positives: rewrites of COCO captions that keep their meaning, one table for two kinds of source.
 
-captions -> prompts (REPLACE for every caption, SWAP for captions with "and" and < 15 words, ...; --prompt_set)
-         -> joined with the cache by key: hits answered from it, misses sent through RunInference
-         -> validated -> rows (accepted) or rejected dead letters (raw text and reason).
-The graph is stages/llm_rewrites.py's, which llm_negatives shares.
+- LLM types (replace, swap, replace_verb, replace_preposition; --llm_engine, --prompt_set): captions -> prompts
+  -> joined with the cache by key: hits answered from it, misses sent through RunInference -> validated -> rows
+  or rejected dead letters (raw text and reason). The graph is stages/llm_rewrites.py's, which llm_negatives
+  shares.
+- Rule types (rule_replace, rule_swap): the paper's two evaluation-set rules applied to every caption
+  (stages/rule_positives.py), validated the same way; no model.
+--positive_types picks them; by default the rules only, and the LLM's types first when an --llm_engine is given.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
+from pipeline.io.dead_letters import DISCARDED, REJECTED
+from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.report import table_report
 from pipeline.llm.prompts import POSITIVE_TYPES
 from pipeline.options import HardposOptions, type_list
-from pipeline.stages.llm_rewrites import RewriteSpec, build_rewrites, check_llm_options, report_section
+from pipeline.perturb.positives import RULE_POSITIVE_TYPES
+from pipeline.sources import coco
+from pipeline.sources.files import InputBounds
+from pipeline.stages.llm_rewrites import RewriteSpec, check_llm_options, count_units, report_section, rewrite_parts
+from pipeline.stages.rule_positives import report_block, rule_parts, rule_types
 
 STAGE = TABLE = "hard_positives"
+ALL_TYPES = POSITIVE_TYPES + RULE_POSITIVE_TYPES
+RULES_ONLY = ",".join(RULE_POSITIVE_TYPES)
+WITH_LLM = ",".join(("replace", "swap") + RULE_POSITIVE_TYPES)
+
+
+def default_types(opts: HardposOptions) -> str:
+    """What --positive_types means when not given to a stage that makes positives: the rules only, so that a
+    machine without a GPU builds the whole training set; the LLM's replace and swap first (the rules where it
+    gave nothing) when an --llm_engine is named."""
+    return WITH_LLM if opts.llm_engine else RULES_ONLY
 
 
 def positive_types(opts: HardposOptions) -> list[str]:
-    return type_list("--positive_types", opts.positive_types, POSITIVE_TYPES)
+    """--positive_types, in order; not given (train_set alone): every type, the LLM's first."""
+    return type_list("--positive_types", opts.positive_types or ",".join(ALL_TYPES), ALL_TYPES)
+
+
+def llm_kinds(opts: HardposOptions) -> list[str]:
+    return [t for t in positive_types(opts) if t in POSITIVE_TYPES]
 
 
 def spec(opts: HardposOptions) -> RewriteSpec:
-    return RewriteSpec(STAGE, TABLE, "positive_type", "hard_positive", tuple(positive_types(opts)))
+    return RewriteSpec(STAGE, TABLE, "positive_type", "hard_positive", tuple(llm_kinds(opts)))
 
 
 def tables(opts: HardposOptions) -> list[str]:
@@ -29,14 +54,50 @@ def tables(opts: HardposOptions) -> list[str]:
 
 
 def check_inputs(opts: HardposOptions) -> None:
-    check_llm_options(opts, STAGE)
-    positive_types(opts)
+    types = positive_types(opts)
+    if llm_kinds(opts):
+        check_llm_options(opts, STAGE)
+    if rule_types(types):
+        from pipeline.stages.captions import check_coco
+
+        check_coco(opts, ["replace"])  # the spaCy parser and WordNet, as replace negatives need them
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
     """The stage's graph, returning its report counts."""
-    return build_rewrites(pipeline, opts, spec(opts))
+    read = coco.read_captions(pipeline, opts.coco_captions, STAGE, TABLE, InputBounds.of(opts))
+    parts = []
+    if llm_kinds(opts):
+        parts.append(rewrite_parts(read["records"], pipeline, opts, spec(opts)))
+    rules = rule_types(positive_types(opts))
+    if rules:
+        parts.append(rule_parts(read["records"], opts, rules))
+    malformed = read[REJECTED] | "RejectedFiles" >> beam.Map(lambda d: d["source_file"])
+    discarded = [p[DISCARDED] for p in parts if DISCARDED in p] or [pipeline | "NoDiscards" >> beam.Create([])]
+    # emitted: an accepted LLM prompt, or a caption with a rule positive (it may have two rows, one per rule)
+    emitted = [p["rows"] | "LlmEmitted" >> beam.Map(lambda r: r["source_file"]) if "emitted" not in p else p["emitted"]
+               for p in parts]
+    written = {
+        "rows": [p["rows"] for p in parts] | "AllRows" >> beam.Flatten(),
+        # read = LLM prompts + captions asked for rule positives + malformed caption records
+        "read": count_units([p["units"] for p in parts] + [malformed], ""),
+        "emitted": emitted | "AllEmitted" >> beam.Flatten(),
+        REJECTED: ([read[REJECTED]] + [p[REJECTED] for p in parts if REJECTED in p]) | "AllRejected" >> beam.Flatten(),
+        DISCARDED: discarded | "AllDiscarded" >> beam.Flatten(),
+    } | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
+                                         group=lambda r: (r["positive_type"],))
+    captions = read["read"] | "CaptionCounts" >> beam.Map(lambda fn: (("llm", TABLE, "captions"), fn[1]))
+    return ([written, captions] + [p["counts"] for p in parts if "counts" in p]) | "AllCounts" >> beam.Flatten()
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
-    return {TABLE: report_section(counts, opts, spec(opts))}
+    if llm_kinds(opts):
+        section = report_section(counts, opts, spec(opts))
+    else:
+        section = table_report(TABLE, counts, ["positive_type"])
+        section["captions"] = counts.get(("llm", TABLE, "captions"), 0)
+    rules = rule_types(positive_types(opts))
+    if rules:
+        section["rule_types"] = report_block(section, rules, counts)
+    section["positive_types_asked"] = positive_types(opts)
+    return {TABLE: section}

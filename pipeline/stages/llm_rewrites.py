@@ -149,6 +149,7 @@ class _Decide(beam.DoFn):
                 spec.kind_column: element["kind"],
                 spec.text_column: verdicts[accepted].text,
                 "changed_span": verdicts[accepted].detail or None,
+                **({"generator": None} if spec.table == "hard_positives" else {}),
                 "model": self.model,
                 "llm_engine": self.engine,
                 "prompt_set": element["prompt_set"],
@@ -241,11 +242,34 @@ def _has_chat_template(model: str | None) -> bool:
 def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec):
     """The graph of one LLM table; returns its report counts. Step labels carry the table, so several of these
     run in one pipeline."""
+    read = coco.read_captions(pipeline, opts.coco_captions, spec.stage, spec.table, InputBounds.of(opts))
+    parts = rewrite_parts(read["records"], pipeline, opts, spec)
+    # read = prompts per file + malformed caption records (each of those is one rejected letter)
+    units = (parts["units"], read[REJECTED] | f"RejectedFiles{spec.label}" >> beam.Map(lambda d: d["source_file"]))
+    written = {"rows": parts["rows"], "read": count_units(units, spec.label),
+               REJECTED: (read[REJECTED], parts[REJECTED]) | f"AllRejected{spec.label}" >> beam.Flatten(),
+               DISCARDED: pipeline | f"NoDiscards{spec.label}" >> beam.Create([])} | \
+        f"WriteTable{spec.label}" >> WriteTableOutputs(spec.stage, spec.table, spec.table, opts.output_dir,
+                                                       opts.rows_per_shard, group=lambda r: (r[spec.kind_column],))
+    captions = read["read"] | f"CaptionCounts{spec.label}" >> beam.Map(
+        lambda fn, t: (("llm", t, "captions"), fn[1]), spec.table)
+    return (written, parts["counts"], captions) | f"AllCounts{spec.label}" >> beam.Flatten()
+
+
+def count_units(units, label: str):
+    """The source_file of each unit of account (a prompt, a (caption, rule type) pair, a malformed record), from
+    several PCollections -> (file, units), the "read" counts of WriteTableOutputs."""
+    return (units | f"AllUnits{label}" >> beam.Flatten()
+            | f"UnitsPerFile{label}" >> beam.combiners.Count.PerElement())
+
+
+def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec) -> dict:
+    """The LLM part of a table from caption records: {"rows", "units" (the source_file of each prompt),
+    "rejected" (generations that failed), "counts" (the report's llm counts)}."""
     label = spec.label
     base = base_sampling(opts)
     model = model_name(opts)
-    read = coco.read_captions(pipeline, opts.coco_captions, spec.stage, spec.table, InputBounds.of(opts))
-    prompts = read["records"] | f"MakePrompts{label}" >> beam.FlatMap(
+    prompts = records | f"MakePrompts{label}" >> beam.FlatMap(
         make_prompts, spec.kinds, model, opts.chat_format, opts.prompt_set, base)
     joined = ({"prompt": prompts | f"KeyPrompts{label}" >> beam.Map(lambda e: (e["key"], e)),
                "cache": _read_cache(pipeline, opts.cache_dir, spec.table, label)}
@@ -270,29 +294,16 @@ def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteS
     decided = ((split.hit, generated) | f"AllAnswers{label}" >> beam.Flatten()
                | f"Validate{label}" >> beam.ParDo(_Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet))
                .with_outputs(REJECTED, "llm", main="rows"))
-    # read = prompts per file + malformed caption records (each of those is one rejected letter)
-    read_counts = (
-        (prompts | f"PromptFiles{label}" >> beam.Map(lambda e: e["source_file"]),
-         read[REJECTED] | f"RejectedFiles{label}" >> beam.Map(lambda d: d["source_file"]))
-        | f"ReadUnits{label}" >> beam.Flatten()
-        | f"CountReadUnits{label}" >> beam.combiners.Count.PerElement()
-    )
-    rejected = (read[REJECTED], decided[REJECTED]) | f"AllRejected{label}" >> beam.Flatten()
-    discarded = pipeline | f"NoDiscards{label}" >> beam.Create([])
     kind_column, table = spec.kind_column, spec.table
-    written = {"rows": decided.rows, "read": read_counts, REJECTED: rejected, DISCARDED: discarded} | \
-        f"WriteTable{label}" >> WriteTableOutputs(spec.stage, table, table, opts.output_dir, opts.rows_per_shard,
-                                                  group=lambda r: (r[kind_column],))
-    extra = (
+    counts = (
         (decided["llm"] | f"LlmCounts{label}" >> beam.Map(lambda kv: (("llm", table, kv[0]), kv[1])),
-         read["read"] | f"CaptionCounts{label}" >> beam.Map(lambda fn: (("llm", table, "captions"), fn[1])),
          prompts | f"PromptCounts{label}" >> beam.Map(lambda e: (("llm", table, "prompts", e["kind"]), 1)),
          decided[REJECTED] | f"RejectByType{label}" >> beam.Map(
              lambda d: (("llm", table, "rejected", json.loads(d["record"])[kind_column]), 1)))
         | f"LlmAll{label}" >> beam.Flatten()
     )
-    counts = (written, extra) | f"AllCounts{label}" >> beam.Flatten()
-    return counts
+    return {"rows": decided.rows, "units": prompts | f"PromptFiles{label}" >> beam.Map(lambda e: e["source_file"]),
+            REJECTED: decided[REJECTED], "counts": counts}
 
 
 def report_section(counts: dict, opts: HardposOptions, spec: RewriteSpec) -> dict:
@@ -308,16 +319,18 @@ def report_section(counts: dict, opts: HardposOptions, spec: RewriteSpec) -> dic
         elif key[2] in ("prompts", "rejected"):
             by_type.setdefault(key[3], {"prompts": 0, "accepted": 0, "rejected": 0})[key[2]] += n
     for kind, n in section["groups"]["rows"]:
-        by_type.setdefault(kind, {"prompts": 0, "accepted": 0, "rejected": 0})["accepted"] += n
+        if kind in by_type:  # the table may hold rows of rule-based kinds too (hard_positives)
+            by_type[kind]["accepted"] += n
     prompts = sum(t["prompts"] for t in by_type.values())
+    accepted = sum(t["accepted"] for t in by_type.values())
     rejected = sum(t["rejected"] for t in by_type.values())
     section.update({
         **llm,
         "prompts": prompts,
-        "accepted": section["rows"],
+        "accepted": accepted,
         "rejected_generations": rejected,
         f"{spec.kind_column}s": by_type,
-        "prompts_balanced": prompts == section["rows"] + rejected,
+        "prompts_balanced": prompts == accepted + rejected,
         "model": model_name(opts), "llm_engine": opts.llm_engine, "chat_format": opts.chat_format,
         # the negatives' prompts are one set of their own, whatever --prompt_set says
         "prompt_set": load_prompt(spec.kinds[0], opts.prompt_set).prompt_set if spec.kinds else opts.prompt_set,

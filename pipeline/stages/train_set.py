@@ -70,8 +70,9 @@ class _Join(beam.DoFn):
                 "positive_type": positive["positive_type"],
                 "hard_negative": negative["hard_negative"],
                 "negative_type": negative["negative_type"],
-                "positive_model": positive["model"],
-                "positive_prompt_sha256": positive["prompt_sha256"],
+                "positive_generator": positive.get("generator"),
+                "positive_model": positive.get("model"),
+                "positive_prompt_sha256": positive.get("prompt_sha256"),
                 # An LLM negative (llm_negatives) names its model where a rule-based one names its generator.
                 "negative_generator": negative.get("generator") or f"{negative['negative_type']}/{negative['model']}",
                 "seed": negative.get("seed", self.seed),
