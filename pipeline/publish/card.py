@@ -276,8 +276,8 @@ def render(tables: list[Table], repo_id: str) -> str:
         "downloaded copy of it, or a run's output folder alike.", "",
         "Every shard is written with Parquet page checksums, and each config asks `datasets` (4.2 or later) to check "
         "them as it reads (`fragment_scan_options` above): a damaged shard is an error, not other values. Readers "
-        "that open the files directly (pyarrow, pandas, polars) check nothing unless asked: "
-        "`pyarrow.parquet.read_table(path, page_checksum_verification=True)`.", "",
+        "that open the files directly check nothing unless asked (pyarrow and pandas: "
+        "`page_checksum_verification=True`).", "",
         "## Counts", "",
     ]
     for t in tables:
