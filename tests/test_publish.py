@@ -219,11 +219,13 @@ def test_upload_without_a_login_says_how_to_log_in(tmp_path):
 def test_publish_uploads_only_without_dry_run(published, monkeypatch):
     out, args = published
     sent = []
-    monkeypatch.setattr("pipeline.stages.publish.upload", lambda folder, repo, private: sent.append(repo) or "url")
+    monkeypatch.setattr("pipeline.stages.publish.hub_login", lambda: "logged-in api")
+    monkeypatch.setattr("pipeline.stages.publish.upload",
+                        lambda folder, repo, private, api: sent.append((repo, api)) or "url")
     assert main(args) == 0
     assert sent == []
     assert main([a for a in args if a != "--dry_run"]) == 0
-    assert sent == ["hardpos-test/sample"]
+    assert sent == [("hardpos-test/sample", "logged-in api")]
 
 
 def test_bad_hub_repo_fails_fast(release, capsys):

@@ -19,6 +19,9 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.io.schema import TableSchema
 
 ROW_GROUP_SIZE = 10_000  # small row groups let the Hub viewer and readers seek without reading whole shards
+# pyarrow's reader option that checks every page's CRC: read_table below, and the published card's configs (so
+# `datasets.load_dataset` checks them too; pipeline/publish/card.py).
+VERIFY_PAGES = {"page_checksum_verification": True}
 SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
 
 
@@ -60,12 +63,15 @@ def _in_order(rows: Iterable[dict], sort_by: tuple[str, ...]) -> list[bytes]:
 
 def shard_bytes(rows: Iterable[dict], schema: TableSchema) -> bytes:
     """The Parquet file of these rows, with page checksums (a reader with page_checksum_verification finds a
-    damaged page). Built one row group at a time: only ROW_GROUP_SIZE rows are dicts and Arrow at once."""
+    damaged page). Built one row group at a time: only ROW_GROUP_SIZE rows are dicts and Arrow at once. No rows
+    give the schema and no row group, which pyarrow and `datasets` streaming read as 0 rows (a row group of 0 rows
+    would stop `datasets`: it reads in batches of the first row group's size); `datasets.load_dataset` without
+    streaming loads no split of 0 rows at all, so publish/load.py's load_table builds that one itself."""
     ordered = _in_order(rows, schema.sort_by)
     arrow_schema = schema.arrow()
     buffer = io.BytesIO()
     with pq.ParquetWriter(buffer, arrow_schema, write_page_checksum=True) as writer:
-        for start in range(0, len(ordered), ROW_GROUP_SIZE):  # none: a file with the schema and no row group
+        for start in range(0, len(ordered), ROW_GROUP_SIZE):
             chunk = [pickle.loads(data) for data in ordered[start:start + ROW_GROUP_SIZE]]
             writer.write_table(pa.Table.from_pylist(chunk, schema=arrow_schema), row_group_size=ROW_GROUP_SIZE)
             ordered[start:start + ROW_GROUP_SIZE] = [b""] * len(chunk)  # let the written rows go
@@ -82,7 +88,7 @@ def write_shard(rows: list[dict], path: str, schema: TableSchema) -> str:
 
 def read_table(source, **kwargs) -> pa.Table:
     """pq.read_table that checks every page's checksum: a flipped bit is an error, not another value."""
-    return pq.read_table(source, page_checksum_verification=True, **kwargs)
+    return pq.read_table(source, **VERIFY_PAGES, **kwargs)
 
 
 def file_sha256(path: str) -> str:
@@ -112,7 +118,7 @@ class WriteParquetTable(beam.PTransform):
 
     The shard count follows from the row count, a row's shard from a hash of its `shard_by` column, and rows
     are sorted inside a shard: the same rows give byte-identical files. Every shard is written, even empty,
-    so a table with no rows still loads with its schema. Outputs (path, rows written, sha256) per shard, the
+    so a table with no rows still has its schema (and load_table loads it, publish/load.py). Outputs (path, rows written, sha256) per shard, the
     path relative to the directory's parent (<folder>/<name>), as the report lists it.
     """
 

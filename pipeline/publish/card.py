@@ -10,7 +10,7 @@ from collections import Counter
 import pyarrow as pa
 import yaml
 
-from pipeline.io.parquet import read_table
+from pipeline.io.parquet import VERIFY_PAGES, read_table
 from pipeline.publish.layout import Table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
@@ -155,8 +155,11 @@ def metadata(tables: list[Table]) -> dict:
         "tags": ["compositionality", "hard-negatives", "hard-positives", "image-text-matching", "clip",
                  "vision-language"],
         "size_categories": [_size_category(sum(t.rows for t in tables))],
+        # fragment_scan_options: a builder parameter of `datasets`' Parquet loader (4.2 and later), so that
+        # load_dataset checks every page's checksum and a damaged shard is an error, not other values.
         "configs": [{"config_name": t.config,
-                     "data_files": [{"split": t.split, "path": t.data_files_pattern()}]} for t in tables],
+                     "data_files": [{"split": t.split, "path": t.data_files_pattern()}],
+                     "fragment_scan_options": dict(VERIFY_PAGES)} for t in tables],
         "dataset_info": [_dataset_info(t, t.arrow_bytes()) for t in tables],
     }
 
@@ -258,6 +261,11 @@ def render(tables: list[Table], repo_id: str) -> str:
         "| config | split | rows | files | what |", "|---|---|---:|---:|---|",
     ]
     lines += [f"| `{t.config}` | {t.split} | {t.rows:,} | {len(t.files)} | {_description(t)} |" for t in tables]
+    empty = [f"`{t.config}`" for t in tables if not t.rows]
+    if empty:
+        lines += ["", f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no rows: its shard holds the columns "
+                  "only. `datasets.load_dataset` loads a split of 0 rows only with `streaming=True`; `load_table` "
+                  "(below) gives an empty Dataset with the columns."]
     first = tables[0]
     lines += [
         "", "## Loading", "", "```python", "import datasets",
@@ -266,6 +274,10 @@ def render(tables: list[Table], repo_id: str) -> str:
         "Any config above works the same way. With hardpos installed, "
         f"`pipeline.publish.load.load_table(\"{repo_id}\", \"{first.config}\")` reads a Hub repository, a "
         "downloaded copy of it, or a run's output folder alike.", "",
+        "Every shard is written with Parquet page checksums, and each config asks `datasets` (4.2 or later) to check "
+        "them as it reads (`fragment_scan_options` above): a damaged shard is an error, not other values. Readers "
+        "that open the files directly check nothing unless asked (pyarrow and pandas: "
+        "`page_checksum_verification=True`).", "",
         "## Counts", "",
     ]
     for t in tables:

@@ -8,11 +8,16 @@ when anything disagrees (a shard missing, a stale one left, another row count or
 schemas/<config>.json, counts that do not balance), because the card's counts would be wrong; and a folder
 holding a run with no report (killed, failed or still running) is refused unless the caller allows partial
 releases.
+
+A published folder is publish's only where its manifest (MANIFEST) says so: a manifest is valid only when it lists
+nothing but the paths publish writes (README.md and data/<config>/<shard>), each with its sha256, so a manifest
+that names another path (`../x`, `/etc/x`) or lacks an entry is an error, never a list of files to delete.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,14 @@ from pipeline.io.report import REPORT_FILE
 TABLE_STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all")
 # In a published folder: the files that publish wrote there (and nothing else may be replaced or deleted).
 MANIFEST = ".hardpos-publish.json"
+# Publish's own entries at the top of the folder all start so (manifest, lock, the folder built aside): never
+# uploaded (upload.LOCAL_ONLY), never the user's.
+OWN_PREFIX = ".hardpos"
+# The next release, built complete beside the current one before any file of it changes; its manifest is written
+# last, so a NEXT holding one is ready to switch in (stages/publish.py).
+NEXT = ".hardpos-next"
+_CONFIG = re.compile(r"^[a-z][a-z0-9_]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class PublishError(ValueError):
@@ -64,6 +77,45 @@ def find_reports(output_dir: Path) -> list[Path]:
     """report.json of the folder itself and of its subfolders (a folder per stage, as `make sample` writes)."""
     candidates = [output_dir / REPORT_FILE] + sorted(output_dir.glob(f"*/{REPORT_FILE}"))
     return [p for p in candidates if p.is_file() and not p.parent.name.startswith(".")]
+
+
+def is_published_path(relative: str) -> bool:
+    """A path publish writes: README.md or data/<config>/<split>-SSSSS-of-NNNNN.parquet, nothing else (so never a
+    path with '..', an absolute one or one in another folder)."""
+    parts = relative.split("/")
+    if parts == ["README.md"]:
+        return True
+    shard = SHARD_NAME.match(parts[-1])
+    return len(parts) == 3 and parts[0] == "data" and bool(_CONFIG.match(parts[1])) and bool(shard) and \
+        shard["prefix"].isalpha()
+
+
+def _manifest_problem(files) -> str | None:
+    if not isinstance(files, dict) or "README.md" not in files:
+        return "it lists no README.md"
+    for relative, entry in files.items():
+        if not is_published_path(relative):
+            return f"it lists {relative!r}, not a path publish writes"
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256"))):
+            return f"no sha256 for {relative}"
+        if relative != "README.md" and (type(entry.get("rows")) is not int or entry["rows"] < 0):
+            return f"no row count for {relative}"
+    return None
+
+
+def read_manifest(folder: Path) -> dict[str, dict]:
+    """The files folder's manifest says publish wrote there: relative path -> {sha256, and rows for a shard}.
+    PublishError (one line) when it cannot be read or is not one publish wrote."""
+    path = folder / MANIFEST
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        problem = _manifest_problem(files)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: not JSON, or not UTF-8
+        problem = f"unreadable: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+    if problem:
+        raise PublishError(f"{path}: not a manifest that publish wrote ({problem}); publish the tables again into "
+                           f"an empty folder")
+    return files
 
 
 def is_published_folder(path: Path) -> bool:
@@ -257,8 +309,8 @@ def plan(tables: list[Table]) -> list[tuple[Path, str, int]]:
 def place(src: Path, dest: Path) -> None:
     """A hard link when on the same disk (no copy of a multi-GB table), else a copy."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        dest.unlink()
+    if os.path.lexists(dest):
+        dest.unlink()  # the name only: a link left there is not followed
     try:
         os.link(src, dest)
     except OSError:

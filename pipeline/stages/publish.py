@@ -7,32 +7,45 @@
 
 Every check comes first, before anything is written or sent: each table's counts balance, its shards have the
 row counts and sha256 its report recorded and the columns of schemas/<config>.json, no folder holds a run with
-no report (unless --allow_partial), and the card's YAML parses. The folder is written only when it is empty or
-holds an earlier publish's manifest, and only the files that manifest lists are ever replaced or deleted (hard
-links to the run's shards, so nothing is copied twice). It is what the Hub serves:
-`datasets.load_dataset(<publish_dir>, <config>)` resolves it exactly as it resolves the repo. Then, with
---hub_repo and without --dry_run, it is uploaded. --dry_run prints the plan and the card and sends nothing. Not a
-Beam graph: the tables are already written; this arranges files.
+no report (unless --allow_partial), the card's YAML parses, and with --hub_repo the Hub login works. The folder
+is written only when it is empty or holds nothing but what an earlier publish's valid manifest lists (no other
+file, folder or symbolic link). The new release is built complete beside the old one (.hardpos-next: hard links
+to the run's shards, so nothing is copied twice), then switched in by renames, which need no disk space: a full
+disk leaves the earlier release as it was, and a switch cut off is finished by the next publish. It is what the
+Hub serves: `datasets.load_dataset(<publish_dir>, <config>)` resolves it exactly as it resolves the repo. Then,
+with --hub_repo and without --dry_run, it is uploaded. --dry_run prints the plan and the card and sends nothing.
+Not a Beam graph: the tables are already written; this arranges files.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 import yaml
 
-from pipeline.io.commit import LOCK_FILE, FolderLock
+from pipeline.io.commit import FolderLock
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-from pipeline.io.parquet import file_sha256
-from pipeline.io.report import write_json
 from pipeline.options import HardposOptions, UsageError, is_dry_run
 from pipeline.publish.card import render
-from pipeline.publish.layout import MANIFEST, PublishError, find_tables, is_published_folder, place, plan
-from pipeline.publish.upload import check_repo_id, upload
+from pipeline.publish.layout import (
+    MANIFEST,
+    NEXT,
+    OWN_PREFIX,
+    PublishError,
+    find_tables,
+    place,
+    plan,
+    read_manifest,
+)
+from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
 
 STAGE = "publish"
 PLACEHOLDER_REPO = "ORG/NAME"
-OWN_FILES = (MANIFEST, MANIFEST.removesuffix(".json") + ".md", LOCK_FILE)  # never uploaded (see upload.py)
+PREV = OWN_PREFIX + "-prev"  # the earlier data/ during a switch, deleted after it
 
 
 def tables(opts: HardposOptions) -> list[str]:
@@ -43,27 +56,45 @@ def publish_dir(opts: HardposOptions) -> Path:
     return Path(opts.publish_dir) if opts.publish_dir else Path(opts.output_dir) / "hub"
 
 
+def _entries(target: Path) -> list[tuple[str, os.DirEntry]]:
+    """Every entry under target (relative path, entry), links not followed, but publish's own at the top."""
+    found, folders = [], [target]
+    while folders:
+        folder = folders.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if folder == target and entry.name.startswith(OWN_PREFIX):
+                    continue
+                found.append((Path(entry.path).relative_to(target).as_posix(), entry))
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+    return sorted(found, key=lambda item: item[0])
+
+
 def earlier_publish(target: Path) -> set[str]:
     """The files (relative paths) an earlier publish wrote into target: the only ones this one may replace or
-    delete. PublishError unless target is empty, missing, or holds nothing but an earlier publish."""
+    delete. PublishError unless target is missing, or holds nothing but the files its valid manifest lists (and
+    the folders they are in): no other file or folder, no symbolic link (publish follows none it did not make)."""
     if not target.exists():
         return set()
     if not target.is_dir():
         raise PublishError(f"--publish_dir {target} is a file, not a folder")
-    present = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()} - set(OWN_FILES)
-    if (target / MANIFEST).is_file():
-        try:
-            listed = set(json.loads((target / MANIFEST).read_text(encoding="utf-8"))["files"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise PublishError(f"{target / MANIFEST}: unreadable manifest ({e}); move the folder away") from None
-    elif is_published_folder(target):  # published before manifests: its card and data files
-        listed = {f for f in present if f == "README.md" or (f.startswith("data/") and f.endswith(".parquet"))}
-    else:
-        listed = set()
-    foreign = sorted(present - listed)
+    listed = set(read_manifest(target)) if (target / MANIFEST).is_file() else set()
+    if _switch_pending(target):  # a switch that was cut off: some of its files are in place already
+        listed |= set(read_manifest(target / NEXT))
+    folders = {parent.as_posix() for f in listed for parent in Path(f).parents if parent != Path(".")}
+    foreign = [(entry.is_dir(follow_symlinks=False), relative, entry) for relative, entry in _entries(target)
+               if entry.is_symlink() or not ((entry.is_dir() and relative in folders) or
+                                             (entry.is_file() and relative in listed))]
     if foreign:
-        what = f"which its {MANIFEST} does not list" if listed else f"and no {MANIFEST} from an earlier publish"
-        raise PublishError(f"--publish_dir {target} holds {foreign[0]}, {what}: publish writes only into an empty "
+        _, relative, entry = min(foreign, key=lambda item: item[:2])  # a file before the folders it is in
+        if entry.is_symlink():
+            problem = "a symbolic link, which publish never follows or replaces"
+        elif listed:
+            problem = f"which its {MANIFEST} does not list"
+        else:
+            problem = f"and no {MANIFEST} from an earlier publish"
+        raise PublishError(f"--publish_dir {target} holds {relative}, {problem}: publish writes only into an empty "
                            f"folder or one it published; move that away or choose another --publish_dir")
     return listed
 
@@ -103,28 +134,83 @@ def _check_card(card: str, found) -> None:
         raise PublishError(f"the dataset card's configs {sorted(configs)} are not the tables found")
 
 
-def _write_folder(target: Path, files: list, card: str, earlier: set[str], manifest: dict) -> None:
-    """Replaces the earlier publish's files with these. The manifest lists the union while files change, so an
-    interrupted publish leaves nothing that a later one would not own."""
-    new = {dest for _, dest, _ in files} | {"README.md"}
-    write_json(str(target / MANIFEST), {**manifest, "files": {f: {} for f in sorted(earlier | new)}})
-    for stale in sorted(earlier - new):
-        path = target / stale
-        if path.exists():
-            path.unlink()
-        for parent in path.parents:  # folders this left empty
-            if parent == target or any(parent.iterdir()):
-                break
-            parent.rmdir()
-    for src, dest, _ in files:
-        place(src, target / dest)
-    (target / "README.md").write_text(card, encoding="utf-8")
+def _why(e: OSError) -> str:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk full"
+    return f"cannot write {e.filename} ({e.strerror})" if e.filename else f"cannot write ({e})"
+
+
+def _switch_pending(target: Path) -> bool:
+    """NEXT holds a complete release (its manifest is written last); a link there is not publish's."""
+    return not (target / NEXT).is_symlink() and (target / NEXT / MANIFEST).is_file()
+
+
+def _remove_own(path: Path) -> None:
+    """Removes one of publish's own entries; a link there is removed, never followed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    """Written beside, then renamed over path: a full disk leaves the earlier file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    if os.path.lexists(tmp):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write((json.dumps(obj, indent=2) + "\n").encode("utf-8"))
+    os.replace(tmp, path)
+
+
+def _build_aside(target: Path, files: list, card: str, manifest: dict) -> None:
+    """The whole new release in target/NEXT, its manifest last; the folder itself is not touched. On any write
+    error (a full disk) NEXT is removed and the earlier release stays as it was."""
+    aside = target / NEXT
+    try:
+        for leftover in (aside, target / PREV):  # of a publish that was cut off
+            _remove_own(leftover)
+        (target / PREV).mkdir()  # made now, so that the switch only renames
+        for src, dest, _ in files:
+            place(src, aside / dest)
+        (aside / "README.md").write_bytes(card.encode("utf-8"))
+        _write_json(aside / MANIFEST, manifest)
+    except OSError as e:
+        for leftover in (aside, target / PREV):
+            _remove_own(leftover)
+        raise PublishError(f"{target}: {_why(e)} while building the new release beside the earlier one; the folder "
+                           f"is left as it was, nothing was uploaded") from None
+
+
+def finish_switch(target: Path) -> None:
+    """Switches a release built complete in target/NEXT into place: data/ swapped by two renames, then the card,
+    then the manifest. Only renames, so a full disk cannot stop it half way; each step is skipped once done, so a
+    switch cut off (killed) is finished by the next publish. Without a complete NEXT, leftovers are removed."""
+    aside, old = target / NEXT, target / PREV
+    try:
+        if _switch_pending(target):
+            if (aside / "data").is_dir():
+                if os.path.lexists(target / "data"):
+                    if old.is_symlink():
+                        old.unlink()
+                    old.mkdir(exist_ok=True)
+                    os.rename(target / "data", old / "data")
+                os.rename(aside / "data", target / "data")
+            if (aside / "README.md").is_file():
+                os.replace(aside / "README.md", target / "README.md")
+            os.replace(aside / MANIFEST, target / MANIFEST)  # the switch is done
+        for leftover in (old, aside):
+            _remove_own(leftover)
+    except OSError as e:
+        raise PublishError(f"{target}: switching to the new release stopped ({_why(e)}); run publish again to "
+                           f"finish it") from None
 
 
 def run_stage(options, opts: HardposOptions) -> dict:
     try:
         return _publish(options, opts)
-    except PublishError as e:
+    except (PublishError, UploadError) as e:
         raise UsageError(str(e)) from None
 
 
@@ -140,7 +226,8 @@ def _publish(options, opts: HardposOptions) -> dict:
     card = render(found, repo_id)
     _check_card(card, found)
     files = plan(found)
-    earlier = earlier_publish(target)
+    # The Hub login before anything is written: no token or no network is one line, and the folder stays as it was.
+    api = hub_login() if opts.hub_repo and not dry_run else None
     checksums = {dest: t.section["sha256"][src.relative_to(t.run_dir).as_posix()]
                  for t in found for src, dest in zip(t.files, t.hub_paths(), strict=True)}
 
@@ -161,13 +248,14 @@ def _publish(options, opts: HardposOptions) -> dict:
             "files": len(t.files), "split": t.split, "source": str(t.run_dir),
         } for t in found},
     }
-    manifest_path = str(target / MANIFEST)
+    report["files"] = {dest: {"sha256": checksums[dest], "rows": rows, "source": str(src)} for src, dest, rows in files}
+    report["files"]["README.md"] = {"sha256": hashlib.sha256(card.encode("utf-8")).hexdigest()}
+    manifest_path = target / MANIFEST
     with FolderLock(str(target), STAGE, "--publish_dir"):
-        _write_folder(target, files, card, earlier, report)
-        report["files"] = {dest: {"sha256": checksums[dest], "rows": rows, "source": str(src)}
-                           for src, dest, rows in files}
-        report["files"]["README.md"] = {"sha256": file_sha256(str(target / "README.md"))}
-        write_json(manifest_path, report)
+        earlier_publish(target)  # again, now that no other publish can change it
+        finish_switch(target)    # one that a killed publish left
+        _build_aside(target, files, card, report)
+        finish_switch(target)
 
         print(f"publish plan: {len(files)} files, {len(found)} configs -> {target}"
               + (f" -> https://huggingface.co/datasets/{opts.hub_repo}" if opts.hub_repo else ""))
@@ -177,10 +265,14 @@ def _publish(options, opts: HardposOptions) -> dict:
         if dry_run:
             print("\n--- README.md ---\n" + card + "--- end of README.md (dry run: nothing uploaded) ---\n")
         if opts.hub_repo and not dry_run:
-            report["uploaded"] = upload(target, opts.hub_repo, opts.private)
+            report["uploaded"] = upload(target, opts.hub_repo, opts.private, api=api)
             print(f"uploaded: {report['uploaded']}")
-            write_json(manifest_path, report)
+            try:
+                _write_json(manifest_path, report)
+            except OSError as e:
+                raise PublishError(f"{manifest_path}: {_why(e)} while recording the upload, which is done; the "
+                                   f"folder is complete") from None
         elif not opts.hub_repo:
             print("no --hub_repo: folder built, nothing uploaded")
-    report["report_path"] = manifest_path
+    report["report_path"] = str(manifest_path)
     return report
