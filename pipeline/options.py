@@ -6,6 +6,8 @@ import importlib
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 
+from pipeline.publish.images import MAX_PIXEL_VALUES, TOO_MANY_PIXEL_VALUES
+
 STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all", "images", "publish")
 # Input bounds: a record past one is a dead letter with the reason, never a crash or a hang. The defaults are far
 # above anything in COCO (at most 50 words), VL-CheckList or ARO.
@@ -170,6 +172,11 @@ class HardposOptions(PipelineOptions):
         parser.add_argument("--image_max_bytes", type=_positive_int, default=50_000_000,
                             help="images: largest image body read, in bytes (default 50,000,000); a larger one "
                                  "fails with reason too_large, without being read whole.")
+        parser.add_argument("--image_max_pixel_values", type=_positive_int, default=MAX_PIXEL_VALUES,
+                            help=f"images (and the evaluator's and trainer's reading): largest image decoded, in "
+                                 f"pixels x channels (default {MAX_PIXEL_VALUES:,}, a 4,096x4,096 RGBA image), read "
+                                 f"from its header before any decoding; a larger one (or its --image_size copy) "
+                                 f"fails with reason {TOO_MANY_PIXEL_VALUES}, never decoded.")
         parser.add_argument("--image_retries", type=int, default=0, help="images: retries per failed download.")
         parser.add_argument("--retry_failed_images", action="store_true", default=False,
                             help="images: ask again for images that failed in an earlier run (default: only "

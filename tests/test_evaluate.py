@@ -178,8 +178,9 @@ def test_missing_and_unreadable_images_are_skipped_and_counted(sample_output, im
     for row in missing:
         (root / row["image_path"]).unlink()
     (root / replace[2]["image_path"]).write_bytes(b"not a jpeg")
-    oversized = swap[0]  # its box now runs past the image: PIL pads the crop, as ARO's crop does; still scored
-    noise_image(root / oversized["image_path"], (16, 16), "small")
+    # Its box now runs past the image (which it still overlaps): PIL pads the crop, as ARO's crop does; still scored.
+    oversized = swap[0]
+    noise_image(root / oversized["image_path"], (24, 32), "small")
     out = tmp_path / "out"
     assert run(sample_output, root, out, "--workers=2", "--bootstrap=0", "--seed=3") == 0
     result = load_json(out)

@@ -3,8 +3,9 @@
 Not a Beam graph: img2dataset runs its own processes. This module picks the tables and reads their image
 columns (through Beam's FileSystems, so --output_dir may be remote); pipeline/publish/images.py fetches,
 checks and indexes. The report (<images_dir>/report.json) has one section per table, counting table rows:
-rows = image in the shards, rejected = its image failed (reason: http_404, decode_error, ...), discarded =
-the row names no image; and the image-level figures and failures (url, reason, error) of the run.
+rows = image in the shards, rejected = its image failed (reason: http_404, decode_error, too_many_pixel_values,
+...), discarded = the row names no image; and the image-level figures and failures (url, reason, error) of the
+run.
 """
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ def run_stage(options, opts: HardposOptions) -> dict:
         images_dir=out, image_format=opts.image_format, image_size=opts.image_size,
         images_per_shard=opts.images_per_shard, processes=opts.image_processes, threads=opts.image_threads,
         timeout=opts.image_timeout, retries=opts.image_retries, retry_failed=opts.retry_failed_images,
-        deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, file_root=local_root)
+        deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, max_pixel_values=opts.image_max_pixel_values,
+        file_root=local_root)
     with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
         result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
         report_path = os.path.join(out, REPORT_FILE)
