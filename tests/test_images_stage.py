@@ -270,7 +270,7 @@ def test_parquet_shards_from_a_local_image_root(tmp_path):
     (["--image_tables=nope", "--image_root=http://x"], "--image_tables: no Parquet files in"),
     (["--image_root=/no/such/folder"], "--image_root: no such folder"),
     (["--image_root=gs://bucket/vg"], "--image_root: unsupported URL scheme"),
-    (["--image_root=http://x", "--image_size=-1"], "--image_size must be 0"),
+    (["--image_root=http://x", "--image_size=-1"], "--image_size: must be from 0 to 65,535, got -1"),
     (["--image_root=http://x", "--image_format=parquet"], "--image_format=parquet, but the shards"),
 ])
 def test_bad_flags_fail_fast_naming_the_flag(first, capsys, extra, message):

@@ -72,12 +72,6 @@ def tables(opts: HardposOptions) -> list[str]:
 def check_inputs(opts: HardposOptions) -> None:
     if importlib.util.find_spec("img2dataset") is None:
         raise UsageError(f"--stage=images needs img2dataset: {core.INSTALL_HINT}")
-    if opts.image_size < 0:
-        raise UsageError(f"--image_size must be 0 (original size) or a number of pixels, got {opts.image_size}")
-    if opts.image_timeout <= 0:
-        raise UsageError(f"--image_timeout must be positive, got {opts.image_timeout}")
-    if opts.image_retries < 0:
-        raise UsageError(f"--image_retries must be 0 or more, got {opts.image_retries}")
     out = images_dir(opts)
     if "://" in out:
         raise UsageError(f"--images_dir must be a local folder (the shards are checked and indexed in place), "
