@@ -41,7 +41,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from urllib.parse import quote
@@ -55,8 +55,10 @@ INDEX = "index"
 SETTINGS_FILE = "settings.json"
 INSTALL_HINT = "pip install -e '.[images]'"
 URL_SCHEMES = ("http://", "https://")  # what a table's image_url or a URL --image_root may be; nothing else is read
-# A row whose image reference points outside what the run may read: its image fails with this reason, unfetched.
-REFUSED = ("url_not_http", "path_outside_image_root")
+# A row whose image reference points outside what the run may read, or at an image id that rows give different
+# urls (which picture is meant cannot be told): its image fails with this reason, unfetched.
+AMBIGUOUS_IMAGE_ID = "duplicate_image_id"
+REFUSED = ("url_not_http", "path_outside_image_root", AMBIGUOUS_IMAGE_ID)
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 IMAGE_EXT = "jpg"  # img2dataset encode_format: the tar member suffix and the parquet image column
 DECODE_FAILED = "failed_to_decode"
@@ -73,8 +75,8 @@ _INDEX_FIELDS = [
     ("url", pa.string(), "Where the image was (or would be) fetched from."),
     ("status", pa.string(), "ok (in the shards), failed, or no_image (the row names no image)."),
     ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, deadline_exceeded, too_large, "
-                            "too_many_pixel_values, url_not_http, path_outside_image_root, ..., no_image_url, "
-                            "no_image_path."),
+                            "too_many_pixel_values, url_not_http, path_outside_image_root, duplicate_image_id, "
+                            "..., no_image_url, no_image_path."),
     ("error", pa.string(), "The failure's message (img2dataset's, or PIL's for a decode check)."),
     ("shard", pa.string(), "Shard file holding the image, relative to the images folder."),
     ("key", pa.string(), "The image's key inside the shard (tar member <key>.jpg, or the parquet `key`)."),
@@ -593,18 +595,27 @@ def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
         runner.Downloader = img2dataset.downloader.Downloader
 
 
-def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
-    """image_key -> url, each image once for all tables (the smallest url when rows disagree)."""
-    urls: dict[str, str] = {}
+def refuse_ambiguous_ids(tables: list[ImageTable]) -> list[ImageTable]:
+    """The tables with every reference to an image key that rows give different urls (a COCO image id used for
+    two pictures, across tables) refused as duplicate_image_id: never one url chosen for all of them."""
+    urls: dict[str, set[str]] = {}
     for table in tables:
         for ref in table.refs:
-            if ref.key is not None and (ref.key not in urls or ref.url < urls[ref.key]):
-                urls[ref.key] = ref.url
-    return urls
+            if ref.key is not None:
+                urls.setdefault(ref.key, set()).add(ref.url)
+    ambiguous = {key for key, found in urls.items() if len(found) > 1}
+    return [ImageTable(t.name, t.rows_read, [replace(r, key=None, missing=AMBIGUOUS_IMAGE_ID) if r.key in ambiguous
+                                             else r for r in t.refs]) for t in tables]
+
+
+def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
+    """image_key -> url, each image once for all tables (whose rows agree on it: refuse_ambiguous_ids)."""
+    return {ref.key: ref.url for table in tables for ref in table.refs if ref.key is not None}
 
 
 def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     """Fetches what is missing, checks it, writes index/<table>.parquet; returns the report (no stage keys)."""
+    tables = refuse_ambiguous_ids(tables)
     images_dir = config.images_dir
     shards_dir = os.path.join(images_dir, SHARDS)
     problem = settings_problem(images_dir, config.image_format, config.image_size)
