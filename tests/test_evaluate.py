@@ -241,6 +241,9 @@ def test_no_image_at_all_is_an_error_after_writing_the_counts(sample_output, tmp
     ("--data=/no/such/run", "--data: no such folder"),
     ("--tables=swap", "--data: cannot load swap_eval"),
     ("--batch_size=0", "--batch_size must be >= 1"),
+    ("--seed=-1", "--seed must be >= 0"),
+    (f"--seed={2**63}", "--seed must be < 2**63"),
+    ("--image_max_pixel_values=0", "--image_max_pixel_values must be >= 1"),
 ])
 def test_bad_flags_fail_fast_with_one_line(flag, message, tables, images_root, tmp_path, capsys):
     data = write_run_folder(tmp_path / "data", "replace_eval", tables["replace"][:1])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, open_bounded
+from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, open_bounded, open_images
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
@@ -28,8 +28,6 @@ class ImageLookup:
             raise ValueError(f"--images: no such folder {root}")
         self.shards = None
         if (self.root / "index").is_dir() and (self.root / "shards").is_dir():
-            from pipeline.publish.images import open_images
-
             self.shards = open_images(str(self.root), max_pixel_values=max_pixel_values)
 
     def _path(self, row: dict) -> Path:
