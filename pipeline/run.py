@@ -21,6 +21,7 @@ from pipeline.options import (
     HardposOptions,
     UsageError,
     normalise_argv,
+    pin_local_runner,
     runner_path,
     unknown_flags,
 )
@@ -53,6 +54,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     opts = options.view_as(HardposOptions)
     _absolute_local_paths(opts)
     _fixed_runner(options)
+    pin_local_runner(options)
     _resolve_defaults(opts)
     if not opts.stage:
         raise UsageError(f"--stage is required: one of {', '.join(STAGES)}")

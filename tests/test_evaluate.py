@@ -178,8 +178,9 @@ def test_missing_and_unreadable_images_are_skipped_and_counted(sample_output, im
     for row in missing:
         (root / row["image_path"]).unlink()
     (root / replace[2]["image_path"]).write_bytes(b"not a jpeg")
-    oversized = swap[0]  # its box now runs past the image: PIL pads the crop, as ARO's crop does; still scored
-    noise_image(root / oversized["image_path"], (16, 16), "small")
+    # Its box now runs past the image (which it still overlaps): PIL pads the crop, as ARO's crop does; still scored.
+    oversized = swap[0]
+    noise_image(root / oversized["image_path"], (24, 32), "small")
     out = tmp_path / "out"
     assert run(sample_output, root, out, "--workers=2", "--bootstrap=0", "--seed=3") == 0
     result = load_json(out)
@@ -240,6 +241,9 @@ def test_no_image_at_all_is_an_error_after_writing_the_counts(sample_output, tmp
     ("--data=/no/such/run", "--data: no such folder"),
     ("--tables=swap", "--data: cannot load swap_eval"),
     ("--batch_size=0", "--batch_size must be >= 1"),
+    ("--seed=-1", "--seed must be >= 0"),
+    (f"--seed={2**63}", "--seed must be < 2**63"),
+    ("--image_max_pixel_values=0", "--image_max_pixel_values must be >= 1"),
 ])
 def test_bad_flags_fail_fast_with_one_line(flag, message, tables, images_root, tmp_path, capsys):
     data = write_run_folder(tmp_path / "data", "replace_eval", tables["replace"][:1])

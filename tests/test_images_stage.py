@@ -23,7 +23,7 @@ FILES = {
     **{f"coco/{n}.jpg": jpeg(n, size) for n, size in COCO_GOOD.items()},
     **{f"vg/VG_100K/{n}.jpg": jpeg(n, size) for n, size in VG_GOOD.items()},
     "coco/5.jpg": corrupt_jpeg(5),  # OpenCV decodes it, so only the PIL check can refuse it
-    "coco/6.jpg": b"not an image at all " * 20,  # img2dataset's own decode fails
+    "coco/6.jpg": b"not an image at all " * 20,  # refused from its header, before img2dataset's decode
 }  # coco/4.jpg and vg/VG_100K/12.jpg are not served: 404
 GOOD = {path for path in FILES if path not in ("coco/5.jpg", "coco/6.jpg")}
 FAILED = {"coco/4.jpg": "http_404", "coco/5.jpg": "decode_error", "coco/6.jpg": "decode_error",
@@ -119,7 +119,8 @@ def test_report_names_every_failure_and_counts_add_up(first):
     failures = {_path(f["url"]): f for f in report["failures"]}
     assert {p: f["reason"] for p, f in failures.items()} == FAILED
     assert failures["coco/5.jpg"]["error"].startswith("PIL")  # caught by the decode check, not by img2dataset
-    assert failures["coco/6.jpg"]["error"] == "Image decoding error"
+    assert failures["coco/6.jpg"]["error"] == "unreadable image header: PIL UnidentifiedImageError: cannot identify " \
+                                              "image file"
     assert "404" in failures["coco/4.jpg"]["error"]
     tables = report["tables"]
     assert {t: (s["read"], s["rows"], s["discarded"], s["rejected"]) for t, s in tables.items()} == {
@@ -269,7 +270,7 @@ def test_parquet_shards_from_a_local_image_root(tmp_path):
     (["--image_tables=nope", "--image_root=http://x"], "--image_tables: no Parquet files in"),
     (["--image_root=/no/such/folder"], "--image_root: no such folder"),
     (["--image_root=gs://bucket/vg"], "--image_root: unsupported URL scheme"),
-    (["--image_root=http://x", "--image_size=-1"], "--image_size must be 0"),
+    (["--image_root=http://x", "--image_size=-1"], "--image_size: must be from 0 to 65,535, got -1"),
     (["--image_root=http://x", "--image_format=parquet"], "--image_format=parquet, but the shards"),
 ])
 def test_bad_flags_fail_fast_naming_the_flag(first, capsys, extra, message):

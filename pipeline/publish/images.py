@@ -18,12 +18,18 @@ img2dataset keeps the original bytes when it does not resize (skip_reencode), an
 JPEGs that PIL refuses. So every complete shard is checked once with PIL: an image that does not decode is
 taken out of the shard and its attempt marked failed_to_decode; the shard's stats then get hardpos_verified.
 (When resizing, img2dataset re-encodes what OpenCV decoded, so such damage cannot be seen afterwards.)
+
+Decoding is bounded per image, whatever the codec: every image hardpos or img2dataset decodes is first measured
+from its header (open_bounded), and one with more pixel values (pixels x channels) than --image_max_pixel_values
+is refused undecoded. A 150 KB PNG may declare 6,000x6,000 RGBA: OpenCV's decode and img2dataset's alpha blending
+took one worker to 3 GB for it.
 """
 from __future__ import annotations
 
 import functools
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -35,7 +41,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from urllib.parse import quote
@@ -49,8 +55,10 @@ INDEX = "index"
 SETTINGS_FILE = "settings.json"
 INSTALL_HINT = "pip install -e '.[images]'"
 URL_SCHEMES = ("http://", "https://")  # what a table's image_url or a URL --image_root may be; nothing else is read
-# A row whose image reference points outside what the run may read: its image fails with this reason, unfetched.
-REFUSED = ("url_not_http", "path_outside_image_root")
+# A row whose image reference points outside what the run may read, or at an image id that rows give different
+# urls (which picture is meant cannot be told): its image fails with this reason, unfetched.
+AMBIGUOUS_IMAGE_ID = "duplicate_image_id"
+REFUSED = ("url_not_http", "path_outside_image_root", AMBIGUOUS_IMAGE_ID)
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 IMAGE_EXT = "jpg"  # img2dataset encode_format: the tar member suffix and the parquet image column
 DECODE_FAILED = "failed_to_decode"
@@ -67,7 +75,8 @@ _INDEX_FIELDS = [
     ("url", pa.string(), "Where the image was (or would be) fetched from."),
     ("status", pa.string(), "ok (in the shards), failed, or no_image (the row names no image)."),
     ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, deadline_exceeded, too_large, "
-                            "url_not_http, path_outside_image_root, ..., no_image_url, no_image_path."),
+                            "too_many_pixel_values, url_not_http, path_outside_image_root, duplicate_image_id, "
+                            "..., no_image_url, no_image_path."),
     ("error", pa.string(), "The failure's message (img2dataset's, or PIL's for a decode check)."),
     ("shard", pa.string(), "Shard file holding the image, relative to the images folder."),
     ("key", pa.string(), "The image's key inside the shard (tar member <key>.jpg, or the parquet `key`)."),
@@ -151,7 +160,9 @@ def row_ref(row: dict, image_root: str | None) -> ImageRef:
 def failure_reason(status: str, error: str | None) -> str:
     """A short reason for the report from img2dataset's status and error message."""
     error = error or ""
-    if status == DECODE_FAILED or error == "Image decoding error":
+    if TOO_MANY_PIXEL_VALUES_ERROR in error:
+        return TOO_MANY_PIXEL_VALUES
+    if status == DECODE_FAILED or error == "Image decoding error" or error.startswith(HEADER_ERROR):
         return "decode_error"
     http = re.match(r"HTTP Error (\d+)", error)
     if http:
@@ -236,19 +247,105 @@ def read_attempts(images_dir: str) -> dict[str, Attempt]:
     return chosen
 
 
-# ---------------------------------------------------------------------------------------------- decode check
+# ---------------------------------------------------------------------------------------------- decode bound
 
-def check_image(data: bytes) -> str | None:
-    """None if PIL decodes every byte of the image, else the error."""
+MAX_PIXEL_VALUES = 4096 * 4096 * 4  # a 4,096x4,096 RGBA image; COCO's largest is 640x640 RGB
+TOO_MANY_PIXEL_VALUES = "too_many_pixel_values"  # the failure's reason
+TOO_MANY_PIXEL_VALUES_ERROR = "more pixel values than --image_max_pixel_values"
+HEADER_ERROR = "unreadable image header"
+_PIL_COORDINATES = 2**31  # PIL's crop takes C ints
+
+
+class ImageTooLarge(ValueError):
+    """An image, or a crop of one, holding more pixel values than the bound: refused before it is decoded (cropped)."""
+
+
+class BadBox(ValueError):
+    """A crop box that is not finite, or misses the image altogether."""
+
+
+def decoded_channels(image) -> int:
+    """Values per pixel once decoded, by any of our decoders: RGBA for alpha or a palette (OpenCV and the
+    convert to RGB expand a palette, with its transparency), else RGB (a grey image becomes RGB for CLIP)."""
+    bands = image.getbands()
+    return 4 if len(bands) >= 4 or "A" in bands or image.mode in ("P", "PA") else 3
+
+
+def pixel_values(width: int, height: int, channels: int, resize_to: int = 0) -> int:
+    """Values a decode holds: the image's, or its copy resized to a shorter side of resize_to (img2dataset's
+    keep_ratio, which also enlarges), whichever is more."""
+    pixels = width * height
+    if resize_to:
+        scale = resize_to / max(1, min(width, height))
+        pixels = max(pixels, math.ceil(width * scale) * math.ceil(height * scale))
+    return pixels * channels
+
+
+def open_bounded(source, max_values: int = MAX_PIXEL_VALUES, resize_to: int = 0):
+    """The PIL image of `source` (bytes, a path or a file) with only its header read, or ImageTooLarge when it
+    would decode to more than max_values pixel values. The caller decodes (load, convert, crop) or closes it;
+    anything PIL raises on a bad header is left to the caller."""
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+    except Image.DecompressionBombError as e:  # PIL's own, coarser bound (pixels only)
+        raise ImageTooLarge(str(e)) from None
+    values = pixel_values(image.width, image.height, decoded_channels(image), resize_to)
+    if values > max_values:
+        image.close()
+        resized = f" (resized to a shorter side of {resize_to:,})" if resize_to else ""
+        raise ImageTooLarge(f"{image.width:,}x{image.height:,} {image.mode}{resized} is {values:,} pixel values, "
+                            f"more than --image_max_pixel_values={max_values:,}")
+    return image
+
+
+def crop_box(image, box: tuple[float, float, float, float], max_values: int = MAX_PIXEL_VALUES):
+    """image.crop(box) as ARO crops, a box running past the edges padded with black, bounded: BadBox when a
+    corner is not finite or the box misses the image, ImageTooLarge when the crop would hold more than
+    max_values pixel values (PIL allocates the whole box, however little of it the image covers)."""
+    if not all(math.isfinite(v) for v in box):
+        raise BadBox(f"box {box} is not finite")
+    x0, y0, x1, y1 = (round(v) for v in box)
+    if x1 <= 0 or y1 <= 0 or x0 >= image.width or y0 >= image.height:
+        raise BadBox(f"box ({x0:.3g}, {y0:.3g}, {x1:.3g}, {y1:.3g}) misses the {image.width}x{image.height} image")
+    values = max(0, x1 - x0) * max(0, y1 - y0) * len(image.getbands())
+    if values > max_values or max(abs(x0), abs(y0), abs(x1), abs(y1)) >= _PIL_COORDINATES:
+        raise ImageTooLarge(f"a crop of {x1 - x0:,}x{y1 - y0:,} is {values:,} pixel values, more than "
+                            f"--image_max_pixel_values={max_values:,}")
+    return image.crop((x0, y0, x1, y1))
+
+
+# ---------------------------------------------------------------------------------------------- decode check
+
+def check_image(data: bytes, max_values: int = MAX_PIXEL_VALUES) -> str | None:
+    """None if PIL decodes every byte of the image, else the error; an image past the bound is not decoded."""
+    try:
+        with open_bounded(data, max_values) as image:
             # JPEG at 1/8 scale: far cheaper, and the decoder still reads (and checks) the whole stream.
             image.draft(None, (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
+    except ImageTooLarge as e:
+        return f"{TOO_MANY_PIXEL_VALUES_ERROR}: {e}"
     except Exception as e:  # PIL raises many types for bad data
-        return f"PIL {type(e).__name__}: {e}"
+        return _pil_error(e)
+    return None
+
+
+def _pil_error(e: Exception) -> str:
+    # Without the "<_io.BytesIO object at 0x...>" PIL names the file by: the index and report stay byte-identical.
+    return f"PIL {type(e).__name__}: {re.sub(r' ?<[^<>]* at 0x[0-9a-f]+>', '', str(e))}"
+
+
+def header_problem(data: bytes, max_values: int = MAX_PIXEL_VALUES, resize_to: int = 0) -> str | None:
+    """Why a fetched image must not reach img2dataset's decoder (OpenCV), from its header alone, or None. An image
+    PIL cannot read the header of is refused too: its size is unknown (and the shard check would refuse it)."""
+    try:
+        open_bounded(data, max_values, resize_to).close()
+    except ImageTooLarge as e:
+        return f"{TOO_MANY_PIXEL_VALUES_ERROR}: {e}"
+    except Exception as e:  # noqa: BLE001 - any header PIL cannot read
+        return f"{HEADER_ERROR}: {_pil_error(e)}"
     return None
 
 
@@ -307,7 +404,7 @@ def _drop_samples(shards_dir: str, name: str, bad: dict[str, str]) -> None:
     _write_atomic(meta_path, lambda tmp: pq.write_table(table, tmp, row_group_size=100))
 
 
-def verify_shards(images_dir: str, threads: int = 4) -> dict[str, str]:
+def verify_shards(images_dir: str, threads: int = 4, max_values: int = MAX_PIXEL_VALUES) -> dict[str, str]:
     """Check the images of every complete shard not checked yet; returns image_key -> error of those taken out."""
     shards_dir = os.path.join(images_dir, SHARDS)
     removed: dict[str, str] = {}
@@ -324,7 +421,8 @@ def verify_shards(images_dir: str, threads: int = 4) -> dict[str, str]:
         seen = set()
         with ThreadPoolExecutor(max(1, threads)) as pool:  # PIL decodes outside the GIL
             for batch in _batches(_shard_images(shards_dir, name), 64):
-                for (key, _), error in zip(batch, pool.map(check_image, [d for _, d in batch]), strict=True):
+                checked = pool.map(functools.partial(check_image, max_values=max_values), [d for _, d in batch])
+                for (key, _), error in zip(batch, checked, strict=True):
                     seen.add(key)
                     if error:
                         bad[key] = error
@@ -374,6 +472,7 @@ class FetchConfig:
     retry_failed: bool = False
     deadline: float = 60.0      # seconds for one image's whole download
     max_bytes: int = 50_000_000  # largest body read
+    max_pixel_values: int = MAX_PIXEL_VALUES  # largest image decoded, pixels x channels
     file_root: str | None = None  # the local --image_root: the only place file:// URLs may point into
 
 
@@ -401,8 +500,9 @@ def _set_read_timeout(response, seconds: float) -> None:
 
 def fetch_bounded(row, timeout, user_agent_token, disallowed_header_directives, config: FetchConfig):
     """img2dataset's download_image with an overall deadline and a size cap (it has neither: a server that
-    trickles a byte every few seconds held it for minutes, a 400 MB body was read whole), and http(s) only, or
-    file:// inside the local image root. Returns (key, BytesIO or None, error or None), as img2dataset expects."""
+    trickles a byte every few seconds held it for minutes, a 400 MB body was read whole), http(s) only, or
+    file:// inside the local image root, and only images whose header shows they decode within the bound (its
+    OpenCV decode has none). Returns (key, BytesIO or None, error or None), as img2dataset expects."""
     key, url = row
     started = time.monotonic()
     if url.startswith("file://"):
@@ -439,7 +539,9 @@ def fetch_bounded(row, timeout, user_agent_token, disallowed_header_directives, 
                 if size > config.max_bytes:
                     return key, None, f"{TOO_LARGE_ERROR} (more than {config.max_bytes:,})"
                 body.append(chunk)
-        return key, io.BytesIO(b"".join(body)), None
+        data = b"".join(body)
+        problem = header_problem(data, config.max_pixel_values, config.image_size)
+        return (key, None, problem) if problem else (key, io.BytesIO(data), None)
     except Exception as err:  # noqa: BLE001 - like img2dataset: any failure is the image's error text
         if time.monotonic() - started >= config.deadline:
             return key, None, f"{DEADLINE_ERROR} ({config.deadline:g}s)"
@@ -493,18 +595,27 @@ def _download(input_path: str, shards_dir: str, config: FetchConfig) -> None:
         runner.Downloader = img2dataset.downloader.Downloader
 
 
-def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
-    """image_key -> url, each image once for all tables (the smallest url when rows disagree)."""
-    urls: dict[str, str] = {}
+def refuse_ambiguous_ids(tables: list[ImageTable]) -> list[ImageTable]:
+    """The tables with every reference to an image key that rows give different urls (a COCO image id used for
+    two pictures, across tables) refused as duplicate_image_id: never one url chosen for all of them."""
+    urls: dict[str, set[str]] = {}
     for table in tables:
         for ref in table.refs:
-            if ref.key is not None and (ref.key not in urls or ref.url < urls[ref.key]):
-                urls[ref.key] = ref.url
-    return urls
+            if ref.key is not None:
+                urls.setdefault(ref.key, set()).add(ref.url)
+    ambiguous = {key for key, found in urls.items() if len(found) > 1}
+    return [ImageTable(t.name, t.rows_read, [replace(r, key=None, missing=AMBIGUOUS_IMAGE_ID) if r.key in ambiguous
+                                             else r for r in t.refs]) for t in tables]
+
+
+def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
+    """image_key -> url, each image once for all tables (whose rows agree on it: refuse_ambiguous_ids)."""
+    return {ref.key: ref.url for table in tables for ref in table.refs if ref.key is not None}
 
 
 def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     """Fetches what is missing, checks it, writes index/<table>.parquet; returns the report (no stage keys)."""
+    tables = refuse_ambiguous_ids(tables)
     images_dir = config.images_dir
     shards_dir = os.path.join(images_dir, SHARDS)
     problem = settings_problem(images_dir, config.image_format, config.image_size)
@@ -515,7 +626,8 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     _write_atomic(os.path.join(images_dir, SETTINGS_FILE), lambda tmp: Path(tmp).write_text(json.dumps(settings)))
 
     dropped = drop_incomplete_shards(shards_dir)
-    decode_failures = verify_shards(images_dir, config.threads)  # shards a stopped run left unchecked
+    # Shards a stopped run left unchecked.
+    decode_failures = verify_shards(images_dir, config.threads, config.max_pixel_values)
     before = read_attempts(images_dir)
     wanted = wanted_images(tables)
     todo = sorted(k for k in wanted if k not in before or (config.retry_failed and not before[k].ok))
@@ -525,7 +637,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
         _download(input_path, shards_dir, config)
         os.remove(input_path)
         dropped += drop_incomplete_shards(shards_dir)
-        decode_failures.update(verify_shards(images_dir, config.threads))
+        decode_failures.update(verify_shards(images_dir, config.threads, config.max_pixel_values))
     after = read_attempts(images_dir) if todo else before
 
     tried = set(todo)
@@ -648,6 +760,7 @@ class RowImage:
     image: object  # PIL.Image.Image
     bbox: tuple[float, float, float, float] | None
     original_size: tuple[int, int]
+    max_pixel_values: int = MAX_PIXEL_VALUES  # bounds the crop too
 
     @property
     def box(self) -> tuple[float, float, float, float] | None:
@@ -658,15 +771,17 @@ class RowImage:
         return (x * sx, y * sy, (x + w) * sx, (y + h) * sy)
 
     def crop(self):
-        """The box region for SWAP rows (ARO evaluates on the crop), else the whole image."""
-        return self.image if self.bbox is None else self.image.crop(tuple(round(v) for v in self.box))
+        """The box region for SWAP rows (ARO evaluates on the crop), else the whole image; BadBox or ImageTooLarge
+        for a box that misses the image or would be too large (crop_box)."""
+        return self.image if self.bbox is None else crop_box(self.image, self.box, self.max_pixel_values)
 
 
 class ShardImages(Mapping):
-    """example_id -> RowImage, for the rows whose image is in the shards; reads webdataset or parquet shards."""
+    """example_id -> RowImage, for the rows whose image is in the shards; reads webdataset or parquet shards.
+    An image past max_pixel_values is ImageTooLarge, never decoded."""
 
-    def __init__(self, images_dir: str, tables: Iterable[str] | None = None):
-        self.images_dir = images_dir
+    def __init__(self, images_dir: str, tables: Iterable[str] | None = None, max_pixel_values: int = MAX_PIXEL_VALUES):
+        self.images_dir, self.max_pixel_values = images_dir, max_pixel_values
         wanted = set(tables) if tables is not None else None
         self._rows: dict[str, dict] = {}
         for path in sorted(Path(images_dir, INDEX).glob("*.parquet")):
@@ -684,13 +799,12 @@ class ShardImages(Mapping):
         self._group: tuple[str, int, list] | None = None
 
     def __getitem__(self, example_id: str) -> RowImage:
-        from PIL import Image
-
         row = self._rows[example_id]
-        image = Image.open(io.BytesIO(self.image_bytes(row["shard"], row["key"])))
+        image = open_bounded(self.image_bytes(row["shard"], row["key"]), self.max_pixel_values)
         image.load()
         bbox = tuple(row[c] for c in BBOX) if row["bbox_x"] is not None else None
-        return RowImage(example_id, row["table"], image, bbox, (row["original_width"], row["original_height"]))
+        return RowImage(example_id, row["table"], image, bbox, (row["original_width"], row["original_height"]),
+                        self.max_pixel_values)
 
     def __iter__(self):
         return iter(self._rows)
@@ -730,6 +844,7 @@ class ShardImages(Mapping):
         self.close()
 
 
-def open_images(images_dir: str, tables: Iterable[str] | None = None) -> ShardImages:
+def open_images(images_dir: str, tables: Iterable[str] | None = None,
+                max_pixel_values: int = MAX_PIXEL_VALUES) -> ShardImages:
     """The images of `--stage=images` output, by example_id (all tables, or those named)."""
-    return ShardImages(images_dir, tables)
+    return ShardImages(images_dir, tables, max_pixel_values)

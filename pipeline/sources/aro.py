@@ -11,6 +11,9 @@ from pipeline.sources.vl_checklist import image_id_from_path
 
 SOURCE = "aro_vga"
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
+# A box corner farther than this from the origin lies in no Visual Genome image: 65,535 is the largest side a JPEG
+# (their format) can have. A box past it (bbox_x = 2**70 is a finite float) crashed the evaluator's crop.
+MAX_BBOX_COORDINATE = 65_535
 
 
 def check_file(path: str) -> None:
@@ -39,6 +42,15 @@ def _number(raw: dict, field: str) -> float:
     return float(value)
 
 
+def _check_box_range(bbox: dict) -> None:
+    x, y, w, h = (bbox[field] for field in BBOX)
+    corners = {"bbox_x": x, "bbox_y": y, "bbox_x + bbox_w": x + w, "bbox_y + bbox_h": y + h}
+    for name, value in corners.items():
+        if abs(value) > MAX_BBOX_COORDINATE:
+            raise Reject("bbox_out_of_range", f"{name} = {value:.6g} is farther than {MAX_BBOX_COORDINATE:,} pixels "
+                                              f"from the image's corner")
+
+
 def _image_id(raw: dict, image_path: str, bounds: InputBounds) -> int | None:
     value = raw.get("image_id")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -56,6 +68,7 @@ def normalise(raw, source_file: str, index: int, *, bounds: InputBounds = DEFAUL
     bbox = {field: _number(raw, field) for field in BBOX}
     if bbox["bbox_w"] <= 0 or bbox["bbox_h"] <= 0:
         raise Reject("bad_bbox", f"empty box {bbox['bbox_w']}x{bbox['bbox_h']}")
+    _check_box_range(bbox)
     attributes = raw.get("attributes")
     if not isinstance(attributes, list) or len(attributes) != 2:
         raise Reject("bad_attributes", f"expected two attribute strings, got {attributes!r:.80}")

@@ -2,11 +2,14 @@
 
 The file is one JSON object with `images` (id, file_name, coco_url, ...) and `annotations` (id, image_id,
 caption). The caption annotation id is the stable key: a caption's example_id, and so its seeds, do not
-depend on where it sits in the file. Its dead letters carry the annotation id as source_index.
+depend on where it sits in the file. Its dead letters carry the annotation id as source_index. Ids are unique or
+rejected: a repeated caption id (duplicate_caption_id), or a caption of an image id listed twice
+(duplicate_image_id), is a dead letter.
 """
 from __future__ import annotations
 
 import posixpath
+from collections import Counter
 
 import apache_beam as beam
 
@@ -47,17 +50,33 @@ def check_file(path: str) -> None:
     load_captions_file(path)
 
 
-def image_index(images: list) -> dict[int, dict]:
-    """image id -> {file_name, image_url}; malformed image entries are left out (their captions are rejected)."""
-    index = {}
+class ImageIndex(dict):
+    """image id -> {file_name, image_url}, and `duplicates`: id -> entries, for the ids the file lists more than
+    once. Those are kept out of the mapping: which entry a caption means cannot be told, so its captions are
+    rejected (duplicate_image_id), never joined to whichever entry came last."""
+
+    def __init__(self):
+        super().__init__()
+        self.duplicates: dict[int, int] = {}
+
+
+def image_index(images: list) -> ImageIndex:
+    """The images of a captions file by id; malformed image entries are left out (their captions are rejected)."""
+    index, seen = ImageIndex(), Counter()
     for image in images:
-        if isinstance(image, dict) and _is_int(image.get("id")) and isinstance(image.get("file_name"), str):
+        if not (isinstance(image, dict) and _is_int(image.get("id"))):
+            continue
+        seen[image["id"]] += 1
+        if isinstance(image.get("file_name"), str):
             url = image.get("coco_url")
             index[image["id"]] = {"file_name": image["file_name"], "image_url": url if isinstance(url, str) else None}
+    index.duplicates = {image_id: n for image_id, n in seen.items() if n > 1}
+    for image_id in index.duplicates:
+        index.pop(image_id, None)
     return index
 
 
-def normalise(raw, source_file: str, images: dict[int, dict], bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
+def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
     caption_id = raw.get("id")
@@ -68,6 +87,9 @@ def normalise(raw, source_file: str, images: dict[int, dict], bounds: InputBound
     if not _is_int(image_id):
         raise Reject("bad_image_id", f"image_id must be an integer, got {image_id!r:.40}")
     bounds.id(image_id, "image_id")
+    if image_id in images.duplicates:
+        raise Reject("duplicate_image_id", f"image_id {image_id} is listed {images.duplicates[image_id]} times in "
+                                           f"the file's images")
     image = images.get(image_id)
     if image is None:
         raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")

@@ -3,8 +3,9 @@
 Not a Beam graph: img2dataset runs its own processes. This module picks the tables and reads their image
 columns (through Beam's FileSystems, so --output_dir may be remote); pipeline/publish/images.py fetches,
 checks and indexes. The report (<images_dir>/report.json) has one section per table, counting table rows:
-rows = image in the shards, rejected = its image failed (reason: http_404, decode_error, ...), discarded =
-the row names no image; and the image-level figures and failures (url, reason, error) of the run.
+rows = image in the shards, rejected = its image failed (reason: http_404, decode_error, too_many_pixel_values,
+...), discarded = the row names no image; and the image-level figures and failures (url, reason, error) of the
+run.
 """
 from __future__ import annotations
 
@@ -71,12 +72,6 @@ def tables(opts: HardposOptions) -> list[str]:
 def check_inputs(opts: HardposOptions) -> None:
     if importlib.util.find_spec("img2dataset") is None:
         raise UsageError(f"--stage=images needs img2dataset: {core.INSTALL_HINT}")
-    if opts.image_size < 0:
-        raise UsageError(f"--image_size must be 0 (original size) or a number of pixels, got {opts.image_size}")
-    if opts.image_timeout <= 0:
-        raise UsageError(f"--image_timeout must be positive, got {opts.image_timeout}")
-    if opts.image_retries < 0:
-        raise UsageError(f"--image_retries must be 0 or more, got {opts.image_retries}")
     out = images_dir(opts)
     if "://" in out:
         raise UsageError(f"--images_dir must be a local folder (the shards are checked and indexed in place), "
@@ -128,7 +123,8 @@ def run_stage(options, opts: HardposOptions) -> dict:
         images_dir=out, image_format=opts.image_format, image_size=opts.image_size,
         images_per_shard=opts.images_per_shard, processes=opts.image_processes, threads=opts.image_threads,
         timeout=opts.image_timeout, retries=opts.image_retries, retry_failed=opts.retry_failed_images,
-        deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, file_root=local_root)
+        deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, max_pixel_values=opts.image_max_pixel_values,
+        file_root=local_root)
     with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
         result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
         report_path = os.path.join(out, REPORT_FILE)

@@ -2,8 +2,9 @@
 
 Rows come from `load_table(--data, "train")` (a run folder, a published folder or a Hub repository), kept when
 their positive_type / negative_type is in --positive_types / --negative_types; images from
-`ImageLookup(--images)` (the images stage's shards or a local COCO folder). A row whose image is missing or
-unreadable is dropped from its batch and counted by reason, never an error.
+`ImageLookup(--images)` (the images stage's shards or a local COCO folder). A row whose image is missing,
+unreadable or too large to decode (pixels x channels past the bound, read from its header) is dropped from its
+batch and counted by reason, never an error.
 
 Determinism (what makes `--resume` exact): the order of an epoch is a permutation drawn from (seed, epoch); a
 step's batch is fixed by its index, so a resumed run starts at the right batch without replaying the earlier
@@ -16,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
+
+from pipeline.publish.images import MAX_PIXEL_VALUES, ImageTooLarge
 
 ALL = "all"
 
@@ -66,12 +69,12 @@ class TrainDataset:
     """Map-style dataset: item (epoch, i) is row indices[i] with its image transformed under the seed of
     (seed, epoch, example_id); a row without a usable image gives {"skip": reason}."""
 
-    def __init__(self, table, indices, images: str, transform, seed: int):
+    def __init__(self, table, indices, images: str, transform, seed: int, max_pixel_values: int = MAX_PIXEL_VALUES):
         from pipeline.train.images import ImageLookup
 
         self.table, self.indices, self.images = table, indices, images
         self.transform, self.seed = transform, seed
-        self._lookup = ImageLookup(images)  # also checks --images up front
+        self._lookup = ImageLookup(images, max_pixel_values)  # also checks --images up front
         self._pid = os.getpid()
 
     def __len__(self):
@@ -97,6 +100,8 @@ class TrainDataset:
             image = self.lookup()(row, crop=False)
         except ImageMissing:
             return {"skip": "image missing", "example_id": row["example_id"]}
+        except ImageTooLarge:  # never decoded: its header says it holds more than the bound
+            return {"skip": "image too large", "example_id": row["example_id"]}
         except (OSError, ValueError, SyntaxError):  # PIL: truncated/undecodable files
             return {"skip": "image unreadable", "example_id": row["example_id"]}
         with torch.random.fork_rng(devices=[]):

@@ -4,7 +4,8 @@
 Per row, s(c|i), s(c_n|i), s(c_p|i) are cosine similarities of L2-normalised image and text embeddings (no logit
 scale); SWAP images are cropped to ARO's box. The figures (pipeline/train/metrics.py) are given per set, per subset
 (REPLACE-Relation, REPLACE-Attribute, SWAP), per VL-CheckList category and per replacement pair, with bootstrap 95%
-intervals. A row whose image is missing or unreadable is skipped with its reason, never a crash.
+intervals. A row whose image is missing, unreadable, too large to decode (--image_max_pixel_values) or whose box
+misses it is skipped with its reason, never a crash.
 
 Writes to --out: eval.json (figures, counts, provenance), eval.md (tables), scores.parquet (one row per scored
 example, so every figure can be recomputed), skipped.jsonl (one line per skipped row) and, when matplotlib
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.publish.images import MAX_PIXEL_VALUES, BadBox, ImageTooLarge
 from pipeline.train import metrics
 from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup, ImageMissing
@@ -72,11 +74,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: no intervals)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed; also seeds random init weights")
+    parser.add_argument("--image_max_pixel_values", type=int, default=MAX_PIXEL_VALUES,
+                        help=f"largest image decoded, in pixels x channels (default {MAX_PIXEL_VALUES:,}), read from "
+                             f"its header first; a larger image or crop is skipped (image_too_large), not decoded")
     args = parser.parse_args(argv)
-    for flag, minimum in (("batch_size", 1), ("workers", 0), ("bootstrap", 0), ("limit", 1)):
+    for flag, minimum in (("batch_size", 1), ("workers", 0), ("bootstrap", 0), ("limit", 1), ("seed", 0),
+                          ("image_max_pixel_values", 1)):
         value = getattr(args, flag)
         if value is not None and value < minimum:
             raise UsageError(f"--{flag} must be >= {minimum}, got {value}")
+    if args.seed >= 2**63:  # numpy's and torch's generators take 64 bits
+        raise UsageError(f"--seed must be < 2**63, got {args.seed}")
     if args.tables is None:
         args.table_list, args.tables_explicit = list(TABLES), False
     else:
@@ -175,6 +183,10 @@ class RowImages:
             image = self.lookup(row, crop=True)
         except ImageMissing as e:
             return i, None, ("image_missing", str(e))
+        except ImageTooLarge as e:
+            return i, None, ("image_too_large", str(e))
+        except BadBox as e:
+            return i, None, ("bad_box", str(e))
         except (OSError, ValueError, Image.DecompressionBombError) as e:
             return i, None, ("image_unreadable", f"{type(e).__name__}: {e}")
         if min(image.size) == 0:  # a box of zero width or height after rounding
@@ -421,7 +433,7 @@ def evaluate(args) -> dict:
 
     from pipeline.train.clip import create, import_open_clip
 
-    lookup = ImageLookup(args.images)
+    lookup = ImageLookup(args.images, args.image_max_pixel_values)
     check_pretrained(args.model, args.pretrained)
     device = resolve_device(args.device)
     tables, notes = load_rows(args)
@@ -465,7 +477,8 @@ def evaluate(args) -> dict:
         "images": args.images,
         "split": args.split,
         "settings": {"tables": list(tables), "limit": args.limit, "batch_size": args.batch_size,
-                     "device": device, "precision": args.precision, "bootstrap": args.bootstrap, "seed": args.seed},
+                     "device": device, "precision": args.precision, "bootstrap": args.bootstrap, "seed": args.seed,
+                     "image_max_pixel_values": args.image_max_pixel_values},
         "versions": {"open_clip": getattr(open_clip, "__version__", None), "torch": torch.__version__},
         "definitions": DEFINITIONS,
         "rows": sum(t["rows"] for t in per_table.values()),

@@ -4,10 +4,14 @@
 - a local folder: Visual Genome rows by their image_path under it (VG_100K/2400041.jpg), COCO rows by their
   file_name (also under train2017/ or val2017/ when the folder is COCO's root).
 SWAP rows carry ARO's box: `crop=True` gives the box region, as ARO evaluates.
+Either way an image is measured from its header before it is decoded (pipeline/publish/images.py open_bounded):
+one past max_pixel_values is ImageTooLarge, a box that misses the image BadBox.
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, open_bounded, open_images
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
@@ -18,15 +22,13 @@ class ImageMissing(LookupError):
 
 
 class ImageLookup:
-    def __init__(self, root: str):
-        self.root = Path(root)
+    def __init__(self, root: str, max_pixel_values: int = MAX_PIXEL_VALUES):
+        self.root, self.max_pixel_values = Path(root), max_pixel_values
         if not self.root.is_dir():
             raise ValueError(f"--images: no such folder {root}")
         self.shards = None
         if (self.root / "index").is_dir() and (self.root / "shards").is_dir():
-            from pipeline.publish.images import open_images
-
-            self.shards = open_images(str(self.root))
+            self.shards = open_images(str(self.root), max_pixel_values=max_pixel_values)
 
     def _path(self, row: dict) -> Path:
         names = []
@@ -42,17 +44,15 @@ class ImageLookup:
 
     def __call__(self, row: dict, crop: bool = True):
         """The row's RGB PIL image (its ARO box region when the row has one and crop is set)."""
-        from PIL import Image
-
         if self.shards is not None:
             if row["example_id"] not in self.shards:
                 raise ImageMissing(f"no image for {row['example_id']} in {self.root} (see its index/)")
             found = self.shards[row["example_id"]]
             image = found.crop() if crop else found.image
             return image.convert("RGB")
-        with Image.open(self._path(row)) as image:
+        with open_bounded(self._path(row), self.max_pixel_values) as image:
             image = image.convert("RGB")
         if crop and all(row.get(c) is not None for c in BBOX):
             x, y, w, h = (float(row[c]) for c in BBOX)
-            image = image.crop((round(x), round(y), round(x + w), round(y + h)))
+            image = crop_box(image, (x, y, x + w, y + h), self.max_pixel_values)
         return image
