@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 from pipeline.io.commit import FolderLock, new_staging, recover
 from pipeline.publish.layout import find_tables
 from pipeline.run import main
-from tests.conftest import ARO_SAMPLE, VL_SAMPLE, eval_sets_args, run_cli, visible_files
+from tests.conftest import ARO_SAMPLE, REPO, VL_SAMPLE, eval_sets_args, run_cli, visible_files
 
 
 def args(out: Path, *extra: str) -> list[str]:
@@ -82,6 +85,48 @@ def test_f4_a_commit_killed_at_any_rename_is_finished_by_recovery_with_nothing_l
         assert not list(out.glob(".staging-*"))
     assert "LOST OR MIXED" not in outcomes, [(at + 1, renames[at], o) for at, o in enumerate(outcomes)]
     assert outcomes[-1] == "rerun"  # killed at the last rename: the commit had begun and was finished
+
+
+# The CLI, SIGKILLed just before its n-th rename under the folder: python KILLED_AT_A_RENAME N FOLDER [flags].
+KILLED_AT_A_RENAME = textwrap.dedent("""
+    import os, runpy, signal, sys
+    at, folder = int(sys.argv.pop(1)), sys.argv.pop(1)
+    real, seen = {"rename": os.rename, "replace": os.replace}, []
+    def dying(name):
+        def call(src, dst, *args, **kwargs):
+            if str(src).startswith(folder) or str(dst).startswith(folder):
+                seen.append(dst)
+                if len(seen) == at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real[name](src, dst, *args, **kwargs)
+        return call
+    os.rename, os.replace = dying("rename"), dying("replace")
+    sys.argv = ["pipeline.run", *sys.argv[1:]]
+    runpy.run_module("pipeline.run", run_name="__main__", alter_sys=True)
+""")
+
+
+@pytest.mark.parametrize("at", [4, 6])
+def test_f4_an_eval_sets_rerun_sigkilled_in_its_commit_checks_out_after_the_next_run(tmp_path, at):
+    """The issue's reproduction, end to end: SIGKILL at a rename of an eval_sets rerun's commit, the next run (of
+    another stage) into the folder, then pipeline.checks.eval_sets and publish's verification. On 9d14726 the
+    next run's recovery deleted the dead-letter shards already moved, which report.json still listed."""
+    out = tmp_path / "out"
+    assert main(args(out)) == 0
+    (tmp_path / "killed_at_a_rename.py").write_text(KILLED_AT_A_RENAME)
+    killed = subprocess.run([sys.executable, str(tmp_path / "killed_at_a_rename.py"), str(at), str(out),
+                             *args(out, "--rows_per_shard=7")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert list(out.glob(".staging-*/commit.json"))  # it died inside its commit
+    captions = REPO / "samples" / "coco" / "captions_sample.json"
+    next_run = run_cli("--stage=order_eval", f"--coco_captions={captions}", f"--output_dir={out}",
+                       "--progress_seconds=0")
+    assert next_run.returncode == 0, next_run.stderr
+    assert next_run.stderr.splitlines() == [f"finished the interrupted commit of --stage=eval_sets in {out}"]
+    checks = run_cli(str(out), f"--vl_checklist_root={VL_SAMPLE}", module="pipeline.checks.eval_sets")
+    assert checks.returncode == 0, checks.stdout
+    assert {t.config for t in find_tables(out)} == {"replace_eval", "swap_eval", "order_eval"}  # sha256 verified
 
 
 def _damaged_records() -> dict[str, bytes]:

@@ -193,17 +193,21 @@ class Signals:
             return
         self.received = None
         earlier = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        unraisable = sys.unraisablehook
+        unraisable, in_thread = sys.unraisablehook, threading.excepthook
 
         def drop_our_interrupts(found):  # one that Python could not raise: the commit it would stop does not begin
             if not (self.received and isinstance(found.exc_value, KeyboardInterrupt)):
                 unraisable(found)
 
-        sys.unraisablehook = drop_our_interrupts
+        def quiet_after_a_signal(found):  # a runner's threads failing as its workers stop: main says it in a line
+            if not self.received:
+                in_thread(found)
+
+        sys.unraisablehook, threading.excepthook = drop_our_interrupts, quiet_after_a_signal
         try:
             yield
         finally:
-            sys.unraisablehook = unraisable
+            sys.unraisablehook, threading.excepthook = unraisable, in_thread
             for sig, handler in earlier.items():
                 signal.signal(sig, handler)
 
