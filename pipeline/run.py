@@ -1,11 +1,24 @@
 """`python -m pipeline.run --stage=STAGE [stage flags] [Beam flags]`: build one stage's tables."""
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
+if __name__ == "__main__":  # before the imports below, which take seconds: a run stopped there has nothing to undo
+    def _stop_at_once(signum, frame):
+        print(f"error: interrupted by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    for _signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signal, _stop_at_once)
+
+import contextlib
 import ctypes
+import errno
 import gc
 import logging
-import os
-import sys
+import re
 import time
 
 import apache_beam as beam
@@ -13,7 +26,18 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineState
 
-from pipeline.io.commit import COMMIT_FILE, FolderLock, commit, new_staging, recover, remove_tree
+from pipeline.io.commit import (
+    SIGNALS,
+    CommitFinished,
+    FolderLock,
+    commit,
+    committing,
+    new_staging,
+    recover,
+    refuse_links,
+    remove_staging,
+    replace_file,
+)
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
 from pipeline.options import (
@@ -142,67 +166,87 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     """Runs the stage to the end and returns its report (report_path: the folder's report.json).
 
     Beam stages write into a staging folder in --output_dir and commit (pipeline/io/commit.py) only when the
-    pipeline is done and its counts hold; RunFailed otherwise, with the earlier result left as it was.
+    pipeline is done and its counts hold; RunFailed otherwise, with the earlier result left as it was. A chain
+    (--stage=all) runs its stages one after another into one staging folder and commits their tables together.
     """
     stage = STAGES[opts.stage]
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
-    if hasattr(stage, "CHAIN"):
-        return _run_chain(options, opts, stage.CHAIN)
     target = opts.output_dir
     with FolderLock(target, opts.stage):
-        for line in recover(target):
-            print(line, file=sys.stderr)
-        staging = new_staging(target, opts.stage)
-        inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table",
-                                                         "coco_captions", "model", "cache_dir",
-                                                         "hard_positives_dir", "train_negatives_dir")
-                  if getattr(opts, name)}
+        staging = None
         try:
-            report = _run_into(staging, target, options, opts, inputs)
-            problem = ([] if report_balanced(report) else
-                       ["counts do not add up (read != rows + discarded + rejected)"])
-            failed = failed_requests(report, opts.max_failed_fraction)
-            if failed:
-                problem.append(failed)
-            if problem:
-                raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay",
-                                report)
-            commit(staging, target, report)
-        except BaseException:
-            if not FileSystems.exists(FileSystems.join(staging, COMMIT_FILE)):
-                remove_tree(staging)  # a run stopped before its commit leaves nothing; one stopped during it is
-            raise                     # finished by the next run (pipeline/io/commit.py)
+            for line in recover(target):
+                print(line, file=sys.stderr)
+            refuse_links(target, stage.tables(opts))
+            staging = new_staging(target, opts.stage)
+            report = _stage_and_commit(options, opts, staging)
+        except Exception as e:
+            problem = file_system_error(e)
+            if problem is None or SIGNALS.received:
+                raise
+            cut_short = staging is not None and committing(staging)
+            left = (f"the commit was cut short: the next run into {target} finishes it" if cut_short
+                    else f"nothing was written to {target}, its earlier contents stay")
+            raise RunFailed(f"{problem}; {left}") from None
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
 
 
-def _run_chain(options: PipelineOptions, opts: HardposOptions, chain) -> dict:
-    """Each stage of the chain run and committed in turn (stages/all_stages.py says why); the first that fails
-    stops the chain, what was committed before it stays. Returns the report of the chain's tables."""
-    name = opts.stage
-    tables, inputs = {}, {}
-    with ProgressPrinter(opts.progress_seconds):
-        for sub, _ in chain:
-            report = _run_link(options, opts, name, sub)
-            tables.update(report["tables"])
-            inputs.update(report["inputs"])
-    return {"stage": name, "output_dir": opts.output_dir, "inputs": inputs, "tables": tables,
-            "report_path": report["report_path"]}
+def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: str) -> dict:
+    """The stage's pipeline (a chain's, one after another) into staging, then one commit; the stage's report."""
+    target, name = opts.output_dir, opts.stage
+    links = [sub for sub, _ in STAGES[name].CHAIN] if hasattr(STAGES[name], "CHAIN") else [name]
+    reports = []
+    try:
+        # A chain's printer counts every pipeline's rows (its pipelines' own printers do nothing inside it).
+        with ProgressPrinter(opts.progress_seconds) if len(links) > 1 else contextlib.nullcontext():
+            for sub in links:
+                reports.append(_run_link(options, opts, staging, name, sub) if len(links) > 1
+                               else _run_stage(options, opts, staging))
+        commit(staging, target, reports)
+    except BaseException:
+        if not committing(staging):
+            remove_staging(staging)  # a run stopped before its commit leaves nothing; one stopped during it is
+        raise                        # finished by the next run (pipeline/io/commit.py)
+    if len(links) == 1:
+        return reports[0]
+    return {"stage": name, "output_dir": target, "tables": {t: s for r in reports for t, s in r["tables"].items()},
+            "inputs": {k: v for r in reports for k, v in r["inputs"].items()}}
 
 
-def _run_link(options: PipelineOptions, opts: HardposOptions, name: str, sub: str) -> dict:
-    """One stage of the chain `name`, run and committed; the launcher's freed heap handed back after it."""
+def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, read_from: str | None = None) -> dict:
+    """One stage's pipeline into staging; its report, once its counts hold (RunFailed otherwise)."""
+    target = opts.output_dir
+    inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table",
+                                                     "coco_captions", "model", "cache_dir",
+                                                     "hard_positives_dir", "train_negatives_dir")
+              if getattr(opts, name)}
+    report = _run_into(staging, target, options, opts, inputs, read_from)
+    problem = [] if report_balanced(report) else ["counts do not add up (read != rows + discarded + rejected)"]
+    failed = failed_requests(report, opts.max_failed_fraction)
+    if failed:
+        problem.append(failed)
+    if problem:
+        raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report)
+    return report
+
+
+def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name: str, sub: str) -> dict:
+    """One stage of the chain `name`, into the chain's staging folder; the launcher's freed heap handed back
+    after it."""
     opts.stage = sub
-    # Only train_set reads tables, the ones the chain committed (a stage before it would list them as inputs).
+    # Only train_set reads tables: the ones the chain staged before it (a stage before it would list them as
+    # inputs). Its report names --output_dir, where they are committed with it.
     opts.hard_positives_dir = opts.train_negatives_dir = opts.output_dir if sub == "train_set" else None
     started = time.monotonic()
     try:
-        report = run(options, opts)
+        report = _run_stage(options, opts, staging, staging if sub == "train_set" else None)
     finally:
         opts.stage = name
+        opts.hard_positives_dir = opts.train_negatives_dir = None
     # benchmarks/full_size.py reads these lines to give each stage its time and memory
-    print(f"--stage={name}: {sub} committed in {time.monotonic() - started:.1f} s (at {time.time():.1f})",
+    print(f"--stage={name}: {sub} staged in {time.monotonic() - started:.1f} s (at {time.time():.1f})",
           file=sys.stderr, flush=True)
     _release_memory()
     return report
@@ -223,14 +267,16 @@ def report_balanced(report: dict) -> bool:
     return all(t["balanced"] for t in report["tables"].values())
 
 
-def _run_into(staging: str, target: str, options: PipelineOptions, opts: HardposOptions, inputs: dict) -> dict:
+def _run_into(staging: str, target: str, options: PipelineOptions, opts: HardposOptions, inputs: dict,
+              read_from: str | None = None) -> dict:
     """The pipeline with --output_dir pointed at the staging folder (so every worker writes there, whatever the
-    runner); the stage report it wrote."""
+    runner); the stage report it wrote. train_set reads the other tables from read_from when given (a chain's
+    staging folder), else from their flags, by default --output_dir: the committed ones."""
     stage = STAGES[opts.stage]
-    # train_set reads the other tables from --output_dir by default: the committed ones, not the staging folder.
+    given = opts.hard_positives_dir, opts.train_negatives_dir
     for flag in ("hard_positives_dir", "train_negatives_dir"):
-        if not getattr(opts, flag):
-            setattr(opts, flag, target)
+        if read_from or not getattr(opts, flag):
+            setattr(opts, flag, read_from or target)
     opts.output_dir = staging
     try:
         pipeline = beam.Pipeline(options=options)
@@ -246,32 +292,78 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         state = result.wait_until_finish()
     finally:
         opts.output_dir = target
+        if read_from:
+            opts.hard_positives_dir, opts.train_negatives_dir = given
     if state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
     return read_json(FileSystems.join(staging, REPORT_FILE))
 
 
+# Errors of the file system a user can cause and mend (a full disk, a quota, a read-only or forbidden folder).
+_FILE_SYSTEM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+# Beam re-raises a DoFn's OSError as RuntimeError("OSError: [Errno 28] No space left on device [while running ...]")
+_ERRNO_IN_TEXT = re.compile(r"\[Errno (\d+)\] ([^\n]*)")
+
+
+def file_system_error(exc: BaseException | None) -> str | None:
+    """One line naming the file-system error that exc is or was caused by, or None when it is none of those."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _FILE_SYSTEM_ERRNOS:
+            return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+        found = _ERRNO_IN_TEXT.search(str(exc))
+        if found and int(found[1]) in _FILE_SYSTEM_ERRNOS:
+            return found[2].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _interrupted(e: BaseException, opts: HardposOptions | None, finished: bool) -> str:
+    """The line an interrupted run ends with."""
+    said = f"interrupted by {SIGNALS.received}"
+    if opts is None or hasattr(STAGES[opts.stage], "run_stage"):
+        return said
+    if finished:
+        return f"{said} after its commit: {opts.output_dir} holds this run's result"
+    if isinstance(e, CommitFinished):
+        return f"{said} during a commit into {opts.output_dir}, which was finished first"
+    return f"{said}; nothing was committed to {opts.output_dir}, its earlier contents stay"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        options, opts = parse(argv)
-    except (UsageError, InputFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    started = time.monotonic()
-    try:
-        report = run(options, opts)
-    except (UsageError, InputFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunFailed as e:
-        if e.report:
-            print(format_summary(e.report))
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    opts, finished = None, False
+    with SIGNALS.installed():
+        try:
+            try:
+                options, opts = parse(argv)
+            except (UsageError, InputFileError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            started = time.monotonic()
+            try:
+                report = run(options, opts)
+            except (UsageError, InputFileError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            except RunFailed as e:
+                if e.report:
+                    print(format_summary(e.report))
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            finished = True
+            return _print_result(report, opts, started)
+        except BaseException as e:  # a signal's KeyboardInterrupt, or whatever Beam made of it
+            if SIGNALS.received is None:
+                raise
+            print(f"error: {_interrupted(e, opts, finished)}", file=sys.stderr)
+            return 130
+
+
+def _print_result(report: dict, opts: HardposOptions, started: float) -> int:
     if hasattr(STAGES[opts.stage], "run_stage"):  # a Beam stage's commit writes report.md with report.json
-        with FileSystems.create(report["report_path"].removesuffix(".json") + ".md") as f:
-            f.write(format_markdown(report).encode("utf-8"))
+        replace_file(report["report_path"].removesuffix(".json") + ".md", format_markdown(report).encode("utf-8"))
     print(format_summary(report))
     print(f"done in {time.monotonic() - started:.1f}s; report: {report['report_path']}")
     if not report_balanced(report):
@@ -281,6 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _quiet_when_said(record: logging.LogRecord) -> bool:
+    """Beam logs a DoFn's exception with its traceback before raising it: after a signal, or for a file-system
+    error, main's one line says it all."""
+    return not SIGNALS.received and not (record.exc_info and file_system_error(record.exc_info[1]))
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
+    for _handler in logging.getLogger().handlers:
+        _handler.addFilter(_quiet_when_said)
     sys.exit(main())

@@ -175,7 +175,8 @@ with FolderLock({str(out)!r}, "eval_sets"):
         stage_report = {"stage": "eval_sets", "output_dir": str(out), "inputs": {},
                         "tables": {"replace": {"read": 0, "rows": 0, "emitted": 0, "discarded": 0, "rejected": 0,
                                                "balanced": True}}}
-        (Path(staging) / "commit.json").write_text(json.dumps(stage_report))
+        (Path(staging) / "commit.json").write_text(json.dumps({"reports": [stage_report],
+                                                              "files": ["replace/test-00000-of-00001.parquet"]}))
         assert recover(str(out)) == [f"finished the interrupted commit of --stage=eval_sets in {out}"]
     assert (out / "replace" / "test-00000-of-00001.parquet").read_bytes() == b"shard"
     assert report(out)["tables"]["replace"]["stage"] == "eval_sets"

@@ -5,14 +5,24 @@
   SIGKILLed run never blocks the next one. On gs:// the lock is an object naming pid and host, deleted at the
   end; one left by a run that died elsewhere is named in the refusal, to be deleted by hand.
 - The run writes everything into a staging folder inside the target, <output_dir>/.staging-<stage>-<id>/, laid
-  out like the target. Readers skip dot-folders (datasets, pyarrow.dataset, glob), and the earlier result is
-  untouched while the run computes.
+  out like the target, with a mark (.hardpos-staging) made with it: recovery only ever touches folders holding
+  that mark, so a folder of the user's that happens to be called .staging-* is never deleted. Readers skip
+  dot-folders (datasets, pyarrow.dataset, glob), and the earlier result is untouched while the run computes.
+  A chain (--stage=all) stages all its tables in one staging folder and commits them together.
 - Once the pipeline is done and its counts are checked, commit() writes <staging>/commit.json (the point of no
-  return), moves each table in (locally one rename of the table folder, so a table is either all old or all new),
-  then its dead letters and samples, merges the stage's sections into report.json, written last, and removes the
-  staging folder.
-- The next run into the folder, holding the lock, finishes a commit that was interrupted (commit.json is there)
-  and deletes staging folders of runs that never reached it.
+  return; written whole or not at all): the stage reports and the list of staged files. Then it moves each table
+  in (locally one rename of the table folder, so a table is either all old or all new), then its dead letters and
+  samples, merges the stages' sections into report.json, written last, and removes the staging folder.
+- Every step of a commit goes by that record, never by what is left to move: the next run into the folder,
+  holding the lock, finishes a commit that was cut short at any step (SIGKILL, a full disk) and places exactly
+  what the record lists, deleting only shards the record replaces. A record that cannot be read is set aside
+  (the staging folder renamed .damaged-*) with one line, never a crash loop; staging folders of runs that never
+  wrote one are deleted.
+- Nothing is written or deleted through a symbolic link: a table or dead-letter folder that is a link is refused
+  with one line (before any work, and again before the record), the lock file is opened without following
+  one, and the report files are written under fresh names in the staging folder and renamed over their paths.
+- SIGINT and SIGTERM (pipeline/run.py installs SIGNALS for both) stop a run where it is; a commit never begins
+  after one, and one that has begun (a few renames) is finished first.
 Files outside what a stage writes (its table folders' shards, its dead-letter shards, its top-level files) are
 never touched: stages sharing an output folder keep each other's tables and report sections.
 """
@@ -22,9 +32,14 @@ import fcntl
 import json
 import os
 import posixpath
+import signal
 import socket
+import stat
+import sys
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -35,9 +50,12 @@ from pipeline.options import UsageError
 
 LOCK_FILE = ".hardpos.lock"
 STAGING_PREFIX = ".staging-"
+STAGING_MARK = ".hardpos-staging"  # made with every staging folder: the only ones recovery touches
 COMMIT_FILE = "commit.json"
+DAMAGED_PREFIX = ".damaged-"  # a staging folder whose commit record cannot be read, set aside
 REPLACED_PREFIX = ".replaced-"  # inside the staging folder: a table folder moved aside, deleted at the end
 REPORT_MD = REPORT_FILE.removesuffix(".json") + ".md"
+_NOT_RESULT = {COMMIT_FILE, REPORT_FILE, STAGING_MARK}  # files of a staging folder that are not moved in
 
 
 def is_local(path: str) -> bool:
@@ -76,6 +94,10 @@ class FolderLock:
             return UsageError(f"{self.flag}={self.folder} is a file, not a folder")
         return UsageError(f"{self.flag}={self.folder}: cannot write there ({e.strerror or e})")
 
+    def _not_own(self, what: str):
+        return UsageError(f"{self.flag}={self.folder}: {LOCK_FILE} there {what}, which hardpos did not make and "
+                          f"will not write through; remove it")
+
     def __enter__(self):
         if is_local(self.folder):
             self._lock_local()
@@ -86,9 +108,16 @@ class FolderLock:
     def _lock_local(self):
         try:
             os.makedirs(self.folder, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a link planted at the lock's path would have its target overwritten with our pid
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
+            if os.path.islink(self.path):
+                raise self._not_own(f"is a symbolic link (to {os.readlink(self.path)})") from None
             raise self._unwritable(e) from None
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:  # a hard link's other names would change too
+            os.close(fd)
+            raise self._not_own("is not a plain file of its own (a hard link or a device)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -100,8 +129,7 @@ class FolderLock:
             raise self._refuse(holder) from None
         try:  # the folder may allow opening an existing lock file but not creating files
             probe = os.path.join(self.folder, f".hardpos-write-test-{uuid.uuid4().hex[:8]}")
-            with open(probe, "wb"):
-                pass
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             os.remove(probe)
         except OSError as e:
             os.close(fd)
@@ -135,41 +163,160 @@ class FolderLock:
                 pass
 
 
+# ---------------------------------------------------------------------------------------------- signals
+
+class CommitFinished(KeyboardInterrupt):
+    """A signal arrived during a commit, which was finished before the run stopped."""
+
+
+class Signals:
+    """SIGINT and SIGTERM as the commit protocol takes them. `handle` stops the run where it is (KeyboardInterrupt),
+    except inside a commit, which is finished first; and no commit begins once a signal has arrived, wherever its
+    KeyboardInterrupt went: Python drops one raised inside a weakref callback or __del__, and Beam turns one raised
+    in a DoFn into a RuntimeError."""
+
+    def __init__(self):
+        self.received: str | None = None  # the first signal's name
+        self._committing = 0
+
+    def handle(self, signum, frame) -> None:
+        self.received = self.received or signal.Signals(signum).name
+        if not self._committing:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self):
+        """SIGINT and SIGTERM handled while inside (pipeline/run.py's main); elsewhere than in the main thread,
+        where Python allows no handler, nothing changes."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.received = None
+        earlier = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        unraisable, in_thread = sys.unraisablehook, threading.excepthook
+
+        def drop_our_interrupts(found):  # one that Python could not raise: the commit it would stop does not begin
+            if not (self.received and isinstance(found.exc_value, KeyboardInterrupt)):
+                unraisable(found)
+
+        def quiet_after_a_signal(found):  # a runner's threads failing as its workers stop: main says it in a line
+            if not self.received:
+                in_thread(found)
+
+        sys.unraisablehook, threading.excepthook = drop_our_interrupts, quiet_after_a_signal
+        try:
+            yield
+        finally:
+            sys.unraisablehook, threading.excepthook = unraisable, in_thread
+            for sig, handler in earlier.items():
+                signal.signal(sig, handler)
+
+    @contextmanager
+    def commit_section(self):
+        self._committing += 1
+        try:
+            if self.received:  # before the point of no return: the commit does not begin
+                raise KeyboardInterrupt
+            yield
+        finally:
+            self._committing -= 1
+        if self.received and not self._committing:
+            raise CommitFinished
+
+
+SIGNALS = Signals()
+
+
 # ---------------------------------------------------------------------------------------------- staging
 
 def new_staging(target: str, stage: str) -> str:
     staging = FileSystems.join(target, f"{STAGING_PREFIX}{stage}-{uuid.uuid4().hex[:12]}")
+    mark = FileSystems.join(staging, STAGING_MARK)
     if is_local(target):  # object stores have no folders to make
-        FileSystems.mkdirs(staging)
+        os.makedirs(staging)
+        try:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))  # empty: it takes no disk space
+        except BaseException:
+            os.rmdir(staging)
+            raise
+    else:
+        with FileSystems.create(mark):
+            pass
     return staging
 
 
+def _made_here(staging: str) -> bool:
+    """A real folder (not a link) holding the mark as a plain file."""
+    try:
+        return stat.S_ISDIR(os.lstat(staging).st_mode) and \
+            stat.S_ISREG(os.lstat(os.path.join(staging, STAGING_MARK)).st_mode)
+    except OSError:
+        return False
+
+
 def staging_folders(target: str) -> list[str]:
-    """The staging folders in target: runs in progress (under their lock), finished but not committed, or dead."""
+    """The staging folders hardpos made in target: runs in progress (under their lock), finished but not committed,
+    or dead. Other .staging-* entries are the user's and never touched."""
     if is_local(target):
         if not os.path.isdir(target):
             return []
-        return sorted(os.path.join(target, n) for n in os.listdir(target) if n.startswith(STAGING_PREFIX))
-    files = FileSystems.match([FileSystems.join(target, f"{STAGING_PREFIX}*/**")])[0].metadata_list
+        return sorted(path for path in (os.path.join(target, n) for n in os.listdir(target)
+                                        if n.startswith(STAGING_PREFIX)) if _made_here(path))
+    marks = FileSystems.match([FileSystems.join(target, f"{STAGING_PREFIX}*", STAGING_MARK)])[0].metadata_list
     prefix = target.rstrip("/") + "/"
-    return sorted({prefix + m.path[len(prefix):].split("/", 1)[0] for m in files})
+    return sorted({prefix + m.path[len(prefix):].split("/", 1)[0] for m in marks})
 
 
 def remove_tree(path: str) -> None:
     if is_local(path):
         import shutil
 
-        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)  # never follows the links inside
         return
     files = [m.path for m in FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list]
     if files:
         FileSystems.delete(files)
 
 
+def remove_staging(staging: str) -> None:
+    """The record first (what is left is a run that never committed, deleted by the next run), the mark last (what
+    is left is still known as ours)."""
+    record, mark = FileSystems.join(staging, COMMIT_FILE), FileSystems.join(staging, STAGING_MARK)
+    if is_local(staging):
+        if not os.path.isdir(staging):
+            return
+        if os.path.lexists(record):
+            os.unlink(record)
+        for name in os.listdir(staging):
+            path = os.path.join(staging, name)
+            if name == STAGING_MARK:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                remove_tree(path)
+            else:
+                os.unlink(path)
+        if os.path.lexists(mark):
+            os.unlink(mark)
+        os.rmdir(staging)
+        return
+    for batch in ([record], [f for f in _files(staging) if f not in (record, mark)], [mark]):
+        present = [f for f in batch if FileSystems.exists(f)]
+        if present:
+            FileSystems.delete(present)
+
+
+def committing(staging: str) -> bool:
+    """Whether the staging folder's run reached its commit record (the next run finishes that commit)."""
+    return FileSystems.exists(FileSystems.join(staging, COMMIT_FILE))
+
+
 def _files(folder: str) -> list[str]:
-    """Every file under folder (recursive), as paths."""
+    """Every file under folder (recursive), as paths: locally links too (links to folders are not entered)."""
     if is_local(folder):
-        return sorted(os.path.join(d, f) for d, _, names in os.walk(folder) for f in names)
+        if os.path.islink(folder):
+            return []
+        return sorted(os.path.join(d, f) for d, dirs, names in os.walk(folder)
+                      for f in names + [s for s in dirs if os.path.islink(os.path.join(d, s))])
     return sorted(m.path for m in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list)
 
 
@@ -180,9 +327,14 @@ def _relative(path: str, folder: str) -> str:
 def _move(src: str, dest: str) -> None:
     if is_local(dest):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        os.replace(src, dest)
+        os.replace(src, dest)  # replaces a link at dest, never writes through it
     else:
         FileSystems.rename([src], [dest])  # copy + delete on GCS
+
+
+def _delete(paths: list[str]) -> None:
+    if paths:
+        FileSystems.delete(paths)
 
 
 def _shards(folder: str, prefix: str = "*") -> list[str]:
@@ -190,87 +342,162 @@ def _shards(folder: str, prefix: str = "*") -> list[str]:
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
+def replace_file(path: str, data: bytes, temp_dir: str | None = None) -> None:
+    """Readers see the old file or the new one, never a half-written one. Locally the new file is made under a
+    fresh name in temp_dir (the path's folder unless given; on the same disk) and renamed over the path: nothing
+    already there (a link planted at a fixed temp name, or at the path itself) is opened for writing."""
+    if not is_local(path):  # objects appear whole
+        with FileSystems.create(path) as f:
+            f.write(data)
+        return
+    folder = temp_dir or os.path.dirname(path)
+    temp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException as e:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: say which
+            raise OSError(e.errno, e.strerror, path) from None
+        raise
+
+
+def refuse_links(target: str, tables) -> None:
+    """UsageError (one line) when a folder a commit writes into and deletes in is a symbolic link: hardpos never
+    writes or deletes through a link it did not make."""
+    if not is_local(target):
+        return
+    for name in (*tables, REJECTED, DISCARDED):
+        path = os.path.join(target, name)
+        if os.path.islink(path):
+            raise UsageError(f"--output_dir={target}: {name} is a symbolic link (to {os.readlink(path)}); hardpos "
+                             f"writes tables only into folders of its own, never through a link: remove the link "
+                             f"or choose another --output_dir")
+
+
 # ---------------------------------------------------------------------------------------------- commit
 
-def _swap_table_folder(staging: str, target: str, table: str) -> None:
+def _swap_table_folder(staging: str, target: str, table: str, files: list[str]) -> None:
     new, old = FileSystems.join(staging, table), FileSystems.join(target, table)
     if is_local(target):
         aside = os.path.join(staging, REPLACED_PREFIX + table)
         if os.path.isdir(new):
-            if os.path.isdir(old):
+            if os.path.lexists(old):
                 os.rename(old, aside)
             os.rename(new, old)  # the table is all old or all new, at every moment
-        if os.path.isdir(aside):  # files in the folder that no run wrote (not shards) stay the user's
-            for path in _files(aside):
-                if not SHARD_NAME.match(os.path.basename(path)):
-                    _move(path, os.path.join(old, _relative(path, aside)))
+        for path in _files(aside):  # files in the folder that no run wrote (not shards) stay the user's
+            if not SHARD_NAME.match(os.path.basename(path)):
+                _move(path, os.path.join(old, _relative(path, aside)))
         return
-    staged = _files(new)
-    names = {_relative(p, new) for p in staged}
-    stale = [p for p in _shards(old) if _relative(p, old) not in names]
-    if stale:
-        FileSystems.delete(stale)
-    for path in staged:
-        _move(path, FileSystems.join(old, _relative(path, new)))
+    staged = [name for name in files if name.startswith(table + "/")]
+    placed = {name[len(table) + 1:] for name in staged}
+    _delete([p for p in _shards(old) if _relative(p, old) not in placed])
+    for name in staged:
+        if FileSystems.exists(FileSystems.join(staging, name)):
+            _move(FileSystems.join(staging, name), FileSystems.join(target, name))
 
 
-def _move_dead_letters(staging: str, target: str, table: str) -> None:
+def _move_dead_letters(staging: str, target: str, table: str, files: list[str]) -> None:
     for kind in (REJECTED, DISCARDED):
-        new_dir, old_dir = FileSystems.join(staging, kind), FileSystems.join(target, kind)
-        staged = _shards(new_dir, table)
-        names = {posixpath.basename(p.replace(os.sep, "/")) for p in staged}
-        stale = [p for p in _shards(old_dir, table) if posixpath.basename(p.replace(os.sep, "/")) not in names]
-        if stale:
-            FileSystems.delete(stale)
-        for path in staged:
-            _move(path, FileSystems.join(old_dir, posixpath.basename(path.replace(os.sep, "/"))))
+        staged = [name for name in files if posixpath.dirname(name) == kind
+                  and (m := SHARD_NAME.match(posixpath.basename(name))) and m["prefix"] == table]
+        placed = {posixpath.basename(name) for name in staged}
+        # the shards the record replaces: by the record's list, never by what is left in staging
+        _delete([p for p in _shards(FileSystems.join(target, kind), table)
+                 if posixpath.basename(p.replace(os.sep, "/")) not in placed])
+        for name in staged:
+            if FileSystems.exists(FileSystems.join(staging, name)):
+                _move(FileSystems.join(staging, name), FileSystems.join(target, name))
 
 
-def commit(staging: str, target: str, stage_report: dict | None = None) -> dict:
-    """Moves a finished run from its staging folder into target and merges its report; returns the folder report.
-    With stage_report None, finishes a commit that was interrupted (from the staging folder's commit.json)."""
-    marker = FileSystems.join(staging, COMMIT_FILE)
-    if stage_report is None:
-        stage_report = read_json(marker)
-    else:
-        write_json(marker, stage_report)  # from here on, the next run finishes this commit if this one dies
-    tables = list(stage_report["tables"])
-    for table in tables:
-        _swap_table_folder(staging, target, table)
-        _move_dead_letters(staging, target, table)
-    skip = {COMMIT_FILE, REPORT_FILE}
-    for path in _files(staging):
-        name = _relative(path, staging)
-        if "/" not in name and name not in skip:  # samples files and the like
-            _move(path, FileSystems.join(target, name))
+def _check_record(record) -> dict:
+    """The commit record, or ValueError saying what is wrong with it."""
+    try:
+        reports, files = record["reports"], record["files"]
+        whole = bool(reports) and all(isinstance(r["stage"], str) and isinstance(r["tables"], dict) for r in reports)
+        tables = [t for r in reports for t in r["tables"]] if whole else []
+        # names that stay inside the folders: a record is a list of what to move where
+        inside = all(isinstance(t, str) and t and "/" not in t and t not in (".", "..") for t in tables) and \
+            all(isinstance(f, str) and f and not posixpath.isabs(f) and ".." not in f.split("/") for f in files)
+    except (KeyError, TypeError):
+        whole = inside = False
+    if not (whole and inside):
+        raise ValueError("not a list of stage reports and staged files inside the folder")
+    return record
+
+
+def _read_record(staging: str) -> dict:
+    return _check_record(read_json(FileSystems.join(staging, COMMIT_FILE)))
+
+
+def commit(staging: str, target: str, reports: list[dict]) -> dict:
+    """Moves a finished run (one stage, or a chain's stages) from its staging folder into target in one commit and
+    merges the reports into report.json; returns the folder report."""
+    with SIGNALS.commit_section():
+        refuse_links(target, [t for r in reports for t in r["tables"]])
+        skip = {FileSystems.join(staging, name) for name in _NOT_RESULT}
+        record = {"reports": reports, "files": [_relative(p, staging) for p in _files(staging) if p not in skip]}
+        data = (json.dumps(_check_record(record), indent=2) + "\n").encode("utf-8")
+        replace_file(FileSystems.join(staging, COMMIT_FILE), data, staging)  # the point of no return
+        return _finish(staging, target, record)
+
+
+def _finish(staging: str, target: str, record: dict) -> dict:
+    """Places what the record lists; every step can be done again (the next run does them all again)."""
+    files = record["files"]
+    for report in record["reports"]:
+        for table in report["tables"]:
+            _swap_table_folder(staging, target, table, files)
+            _move_dead_letters(staging, target, table, files)
+    for name in files:  # samples files and the like
+        if "/" not in name and FileSystems.exists(FileSystems.join(staging, name)):
+            _move(FileSystems.join(staging, name), FileSystems.join(target, name))
     report_path = FileSystems.join(target, REPORT_FILE)
-    earlier = read_json(report_path) if FileSystems.exists(report_path) else None
-    folder_report = merge_reports(earlier, stage_report)
-    _write_replacing(FileSystems.join(target, REPORT_MD), format_markdown(folder_report))
-    _write_replacing(report_path, json.dumps(folder_report, indent=2) + "\n")  # last: the result is complete
-    remove_tree(staging)
+    folder_report = read_json(report_path) if FileSystems.exists(report_path) else None
+    for report in record["reports"]:
+        folder_report = merge_reports(folder_report, report)
+    replace_file(FileSystems.join(target, REPORT_MD), format_markdown(folder_report).encode("utf-8"), staging)
+    # last: the result is complete
+    replace_file(report_path, (json.dumps(folder_report, indent=2) + "\n").encode("utf-8"), staging)
+    remove_staging(staging)
     return folder_report
 
 
-def _write_replacing(path: str, text: str) -> None:
-    """Readers see the old file or the new one, never a half-written one (locally; GCS objects appear whole)."""
-    temp = path + ".tmp"
-    with FileSystems.create(temp) as f:
-        f.write(text.encode("utf-8"))
-    _move(temp, path)
+def _set_aside(staging: str, target: str) -> str:
+    name = _relative(staging, target)
+    aside = FileSystems.join(target, DAMAGED_PREFIX + name.removeprefix("."))
+    if is_local(target):
+        os.rename(staging, aside)
+    else:
+        for path in _files(staging):
+            _move(path, FileSystems.join(aside, _relative(path, staging)))
+    return aside
 
 
 def recover(target: str) -> list[str]:
-    """Under the folder's lock: finish interrupted commits, delete what unfinished runs staged. Returns a line
-    per staging folder dealt with."""
+    """Under the folder's lock: finish interrupted commits, set aside staging folders whose commit record cannot be
+    read, delete what unfinished runs staged. Returns a line per staging folder dealt with."""
     done = []
     for staging in staging_folders(target):
-        marker = FileSystems.join(staging, COMMIT_FILE)
-        if FileSystems.exists(marker):
-            stage = read_json(marker).get("stage", "?")
-            commit(staging, target)
-            done.append(f"finished the interrupted commit of --stage={stage} in {target}")
-        else:
-            remove_tree(staging)
+        if not committing(staging):
+            remove_staging(staging)
             done.append(f"removed {staging}, left by a run that did not finish")
+            continue
+        try:
+            record = _read_record(staging)
+        except ValueError as e:
+            aside = _set_aside(staging, target)
+            done.append(f"{staging}: its commit record {COMMIT_FILE} is damaged ({str(e).splitlines()[0]}), so its "
+                        f"commit cannot be finished; set aside as {aside}: look at it, then delete it")
+            continue
+        with SIGNALS.commit_section():
+            refuse_links(target, [t for r in record["reports"] for t in r["tables"]])
+            _finish(staging, target, record)
+        stage = _relative(staging, target).removeprefix(STAGING_PREFIX).rsplit("-", 1)[0]
+        done.append(f"finished the interrupted commit of --stage={stage} in {target}")
     return done

@@ -1,6 +1,7 @@
-"""--stage=all: train_negatives, hard_positives and train_set, one pipeline after another into one --output_dir,
-each committed before the next starts; train_set reads back the two tables just committed (pipeline/run.py
-runs the chain).
+"""--stage=all: train_negatives, hard_positives and train_set, one pipeline after another into one staging folder
+in --output_dir, committed together once all three are done (pipeline/run.py runs the chain); train_set reads
+the two tables just staged. A chain that fails or is stopped part way leaves the folder's earlier tables as they
+were: never train rows of one run beside the negatives of another.
 
 Three pipelines, not one graph: a local runner (the DirectRunner's FnApiRunner) keeps every PCollection that
 crosses a shuffle in the launcher's memory until its consumer has run, so one graph held the three stages' data
