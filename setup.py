@@ -21,7 +21,7 @@ setup(
         "numpy<2.5",
         "spacy>=3.8,<3.9",
         "nltk>=3.9",
-        "datasets>=3",
+        "datasets>=4.2",  # the card's page_checksum_verification option reaches its Parquet reader from 4.2
         "huggingface_hub>=0.30",
     ],
     extras_require={

@@ -198,7 +198,7 @@ def run_stage(args: list[str], log: Path) -> dict:
             "chain": chain_stages(log, sampler, workers)}
 
 
-CHAIN_LINE = re.compile(r"--stage=all: (\w+) committed in ([\d.]+) s \(at ([\d.]+)\)")
+CHAIN_LINE = re.compile(r"--stage=all: (\w+) (?:committed|staged) in ([\d.]+) s \(at ([\d.]+)\)")
 
 
 def chain_stages(log: Path, sampler: MemorySampler, workers: dict) -> list[dict]:

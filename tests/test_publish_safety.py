@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.io.commit import STAGING_MARK
 from pipeline.io.parquet import write_shard
 from pipeline.io.schema import load_schema
 from pipeline.publish.layout import PublishError, find_tables, write_run_folder
@@ -78,9 +79,15 @@ def test_case4_publish_refuses_a_folder_holding_a_run_with_no_report(run_folder,
     out = capsys.readouterr().out
     assert f"skipped (--allow_partial): {killed / 'swap'}" in out
     assert sorted(p.name for p in (parent / "hub" / "data").iterdir()) == ["order_eval"]
-    # a run in progress (or killed) under this version: its staging folder
+    # a folder of the user's named like a staging folder is not a run (hardpos marks its own)
     (killed / "swap").rename(tmp_path / "elsewhere")
-    (killed / ".staging-eval_sets-0123456789ab").mkdir()
+    (killed / ".staging-mine").mkdir()
+    assert main(publish(parent, "--publish_dir", str(tmp_path / "hub2"))) == 0
+    capsys.readouterr()
+    # a run in progress (or killed) under this version: its staging folder, with hardpos's mark
+    staging = killed / ".staging-eval_sets-0123456789ab"
+    staging.mkdir()
+    (staging / STAGING_MARK).touch()
     assert main(publish(parent)) == 2
     assert "a run that has not finished: it is running, or was killed" in capsys.readouterr().err
 

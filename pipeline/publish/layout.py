@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline.io.commit import COMMIT_FILE, STAGING_PREFIX
+from pipeline.io.commit import COMMIT_FILE, staging_folders
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import SHARD_NAME, file_sha256, read_table
 from pipeline.io.report import REPORT_FILE
@@ -238,7 +238,7 @@ def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[st
     for folder in [output_dir, *sorted(p for p in output_dir.iterdir() if p.is_dir())]:
         if folder.name.startswith(".") or folder.resolve() in excluded or is_published_folder(folder):
             continue
-        for staging in sorted(folder.glob(f"{STAGING_PREFIX}*")):
+        for staging in map(Path, staging_folders(str(folder))):  # hardpos's own, not a user's ".staging-mine"
             state = "was interrupted while committing (run any stage into it to finish)" \
                 if (staging / COMMIT_FILE).exists() else "has not finished: it is running, or was killed"
             found.append(f"{folder}: a run that {state} ({staging.name})")

@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.commit import FolderLock
 from pipeline.io.dead_letters import DISCARDED, REJECTED
+from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.report import REPORT_FILE, write_json
 from pipeline.options import HardposOptions, UsageError
 from pipeline.publish import images as core
@@ -40,7 +41,7 @@ def _table_files(output_dir: str, table: str) -> list[str]:
 
 def _read_parquet(path: str, columns: list[str]) -> pa.Table:
     with FileSystems.open(path, compression_type="uncompressed") as f:  # seekable: only these columns are read
-        return pq.read_table(f, columns=columns)
+        return pq.read_table(f, columns=columns, **VERIFY_PAGES)  # a damaged page is an error, not other ids
 
 
 def _schema(path: str) -> pa.Schema:

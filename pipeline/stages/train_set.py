@@ -13,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.report import table_report
 from pipeline.io.schema import load_schema
 from pipeline.options import HardposOptions, UsageError
@@ -125,7 +126,7 @@ class _ReadShard(beam.DoFn):
 
     def process(self, path: str):
         with FileSystems.open(path) as f:
-            for batch in pq.ParquetFile(f).iter_batches(columns=self.columns):
+            for batch in pq.ParquetFile(f, **VERIFY_PAGES).iter_batches(columns=self.columns):
                 yield from batch.to_pylist()
 
 
