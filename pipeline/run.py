@@ -42,11 +42,18 @@ from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
 from pipeline.options import (
     BEAM_DASK_RUNNER,
+    STAGES as STAGE_NAMES,
+    LOCAL_RUNNER,
     HardposOptions,
     UsageError,
+    beam_help_text,
+    check_runner,
+    did_you_mean,
+    help_text,
     normalise_argv,
     pin_local_runner,
     runner_path,
+    unknown_flag_message,
     unknown_flags,
 )
 from pipeline.sources.files import InputFileError
@@ -73,9 +80,10 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     argv = normalise_argv(argv)
     unknown = unknown_flags(argv)
     if unknown:
-        raise UsageError(f"unknown flag {unknown[0]} (see --help)")
+        raise UsageError(unknown_flag_message(unknown[0]))
     options = PipelineOptions(argv)
     opts = options.view_as(HardposOptions)
+    check_runner(options.view_as(StandardOptions).runner)
     _absolute_local_paths(opts)
     _fixed_runner(options)
     pin_local_runner(options)
@@ -286,6 +294,7 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         # The local runners run to the end inside run(), while the printer's thread reports; remote runners
         # (Dataflow) return at once, and their live counters are polled instead.
         with ProgressPrinter(opts.progress_seconds):
+            ProgressPrinter.focus(opts.stage, _expected_units(stage, opts, options))
             result = pipeline.run()
             if opts.progress_seconds > 0 and not PipelineState.is_terminal(result.state):
                 poll_metrics(result, opts.progress_seconds)
@@ -297,6 +306,19 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
     if state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
     return read_json(FileSystems.join(staging, REPORT_FILE))
+
+
+def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple[int, str]] | None:
+    """{table: (units it will account for, their name)} where the stage can tell before it runs, for the progress
+    line's done / total and ETA; None on a runner whose workers do not tick to this machine (its counters are
+    polled)."""
+    if opts.progress_seconds <= 0 or not hasattr(stage, "expected_units") or \
+            runner_path(options.view_as(StandardOptions).runner) != LOCAL_RUNNER:
+        return None
+    try:
+        return stage.expected_units(opts)
+    except (OSError, ValueError, InputFileError):  # progress only: the stage reports a bad input itself
+        return None
 
 
 # Errors of the file system a user can cause and mend (a full disk, a quota, a read-only or forbidden folder).
@@ -331,8 +353,31 @@ def _interrupted(e: BaseException, opts: HardposOptions | None, finished: bool) 
     return f"{said}; nothing was committed to {opts.output_dir}, its earlier contents stay"
 
 
+def _help(argv: list[str]) -> str | None:
+    """The text --help, -h or --help_beam asks for (with --stage=X, only the flags stage X reads), or None."""
+    if "--help_beam" in argv:
+        return beam_help_text()
+    if not {"-h", "--help"} & set(argv):
+        return None
+    stage = next((a.split("=", 1)[1] for a in argv if a.startswith("--stage=")), None)
+    if stage is None and "--stage" in argv and argv.index("--stage") + 1 < len(argv):
+        stage = argv[argv.index("--stage") + 1]
+    if stage is not None and stage not in STAGE_NAMES:
+        raise UsageError(f"--stage: invalid choice: {stage!r}{did_you_mean(stage, STAGE_NAMES)}; choose from "
+                         f"{', '.join(STAGE_NAMES)}")
+    return help_text(stage)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        text = _help(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if text is not None:
+        print(text)
+        return 0
     opts, finished = None, False
     with SIGNALS.installed():
         try:

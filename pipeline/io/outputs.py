@@ -79,6 +79,7 @@ class WriteTableOutputs(beam.PTransform):
             written | "CountShards" >> beam.FlatMap(_count_shard, self.table, "shard"),
         ]
         if "emitted" in inputs:
+            _ = inputs["emitted"] | "ProgressEmitted" >> beam.ParDo(Tick(self.table, "emitted"))
             counts.append(
                 inputs["emitted"] | "CountEmitted" >> beam.Map(lambda f, t: (("emitted", t, f), 1), self.table))
         dead_schema = load_schema(DEAD_LETTER_SCHEMA)

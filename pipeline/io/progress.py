@@ -27,19 +27,21 @@ HEARTBEAT_SECONDS = 30.0
 
 
 class Tick(beam.DoFn):
-    """A leaf that counts the elements of a PCollection as `what` ("rows", "discarded", ...) of `table`."""
+    """A leaf that counts the elements of a PCollection as `what` ("rows", "discarded", "cached", ...) of `table`;
+    with `size`, an element counts size(element) (a cache hit answers all the prompts that share its text)."""
 
-    def __init__(self, table: str, what: str):
-        self.table, self.what = table, what
+    def __init__(self, table: str, what: str, size=None):
+        self.table, self.what, self.size = table, what, size
         self.counter = Metrics.counter(NAMESPACE, f"{table}.{what}")
 
     def setup(self):
         self._sink = _ProcessTally.get()
 
     def process(self, element):
-        self.counter.inc()
+        n = self.size(element) if self.size else 1
+        self.counter.inc(n)
         if self._sink:
-            self._sink.add(self.table, self.what)
+            self._sink.add(self.table, self.what, n)
 
     def finish_bundle(self):
         if self._sink:
@@ -67,8 +69,8 @@ class _ProcessTally:
                 cls._instance = cls(Path(directory))
             return cls._instance
 
-    def add(self, table: str, what: str) -> None:
-        self.counts[f"{table}\t{what}"] += 1
+    def add(self, table: str, what: str, n: int = 1) -> None:
+        self.counts[f"{table}\t{what}"] += n
         if time.monotonic() - self.last_flush > _FLUSH_SECONDS:
             self.flush()
 
@@ -93,30 +95,54 @@ def read_totals(directory: str) -> Counter:
     return totals
 
 
-def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | None = None) -> str:
-    """One line: per table, rows so far with their rate (since the table's first row when `since` gives
-    that time, else since the start) and dead letters so far."""
-    tables: dict[str, Counter] = {}
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | None = None,
+                    expected: dict[str, tuple[int, str]] | None = None, stage: str = "progress") -> str:
+    """One line for the stage running now. Per table: what is done of its units of account (rows, or records that
+    gave rows where one gives several, plus dead letters) against the total where it is known, with the rate
+    since the table's first tick and an ETA; an LLM table adds its prompts answered from the cache and generated.
+    With `expected` ({table: (total, unit)}) only those tables are shown: a chain's finished stages are not."""
+    tables: dict[str, Counter] = {table: Counter() for table in expected or {}}
     for key, n in totals.items():
         table, what = key.split("\t")
         tables.setdefault(table, Counter())[what] += n
     parts = []
     for table, c in tables.items():
-        span = elapsed - (since or {}).get(table, 0.0)
+        if expected is not None and table not in expected:
+            continue
+        span = max(elapsed - (since or {}).get(table, 0.0), 1e-3)
         dead = c["discarded"] + c["rejected"]
-        part = f"{table} {c['rows']:,} rows ({c['rows'] / max(span, 1e-3):,.1f}/s)"
+        done = (c["emitted"] or c["rows"]) + dead
+        total, unit = (expected or {}).get(table, (None, ""))
+        if total:
+            rate = done / span
+            eta = f", ETA {_duration((total - done) / rate)}" if done and done < total else ""
+            part = f"{table} {done:,}/{total:,} {unit} ({done / total:.0%}, {rate:,.1f}/s{eta}): {c['rows']:,} rows"
+        else:
+            part = f"{table} {c['rows']:,} rows ({c['rows'] / span:,.1f}/s)"
         if dead:
             part += f" +{dead:,} dead letters"
+        if c["cached"] or c["generated"]:
+            part += f"; prompts {c['cached']:,} cached, {c['generated']:,} generated"
         parts.append(part)
-    return f"[progress {elapsed:6.1f}s] " + (" | ".join(parts) if parts else "starting")
+    return f"[{stage} {elapsed:6.1f}s] " + (" | ".join(parts) if parts else "starting")
 
 
 class ProgressPrinter:
-    """Context manager for a local run: sets HARDPOS_PROGRESS_DIR and prints a line every `seconds`. Inside another
-    one (--stage=all's chain of pipelines) it does nothing: the outer printer counts every pipeline's rows, so
-    the lines keep growing from stage to stage instead of starting again at zero."""
+    """Context manager for a local run: sets HARDPOS_PROGRESS_DIR and prints a line every `seconds` about the stage
+    running now (ProgressPrinter.focus names it and its tables' totals). Inside another one (--stage=all's chain of
+    pipelines) it does nothing: the outer printer follows each pipeline of the chain in turn. On a terminal the
+    line is rewritten in place; elsewhere (a log, CI) each update is a line of its own."""
 
-    _active = 0  # printers running in this process
+    _active: ProgressPrinter | None = None  # the printer running in this process
 
     def __init__(self, seconds: float, stream=None):
         self.seconds = seconds
@@ -125,18 +151,32 @@ class ProgressPrinter:
         self._stop = threading.Event()
         self._thread = None
         self._previous_env = None
+        self._lock = threading.Lock()
+        self._stage, self._expected, self._stage_started = "progress", None, 0.0
+        self._in_place = False
+
+    @classmethod
+    def focus(cls, stage: str, expected: dict[str, tuple[int, str]] | None) -> None:
+        """The stage now running and {table: (total units, unit name)} of the tables it writes (None: unknown)."""
+        printer = cls._active
+        if printer is None:
+            return
+        with printer._lock:
+            printer._end_line()
+            printer._stage, printer._expected, printer._stage_started = stage, expected, time.monotonic()
 
     def __enter__(self):
-        if self.seconds <= 0 or ProgressPrinter._active:
+        if self.seconds <= 0 or ProgressPrinter._active is not None:
             return self
-        ProgressPrinter._active += 1
+        ProgressPrinter._active = self
         import tempfile
 
         self._tmp = tempfile.TemporaryDirectory(prefix="hardpos-progress-")
         self.directory = self._tmp.name
         self._previous_env = os.environ.get(PROGRESS_DIR_ENV)
         os.environ[PROGRESS_DIR_ENV] = self.directory
-        self.started = time.monotonic()
+        self.started = self._stage_started = time.monotonic()
+        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._thread = threading.Thread(target=self._loop, name="hardpos-progress", daemon=True)
         self._thread.start()
         return self
@@ -145,21 +185,38 @@ class ProgressPrinter:
         last, last_print, since = None, 0.0, {}
         while not self._stop.wait(self.seconds):
             totals = read_totals(self.directory)
-            elapsed = time.monotonic() - self.started
-            for key in totals:
-                since.setdefault(key.split("\t")[0], elapsed - self.seconds)
-            # a line when counts move, and a heartbeat every HEARTBEAT_SECONDS while they do not; nothing
-            # before the first tick (a remote runner's workers never tick here: their counters are polled)
-            if totals and (totals != last or elapsed - last_print >= HEARTBEAT_SECONDS):
-                print(format_progress(totals, elapsed, since), file=self.stream, flush=True)
-                last, last_print = totals, elapsed
+            with self._lock:
+                elapsed = time.monotonic() - self._stage_started
+                for key in totals:
+                    since.setdefault(key.split("\t")[0], time.monotonic() - self._stage_started - self.seconds)
+                # a line when counts move, and a heartbeat every HEARTBEAT_SECONDS while they do not (a model
+                # loading, a first batch generating); nothing before the first tick where no totals are known (a
+                # remote runner's workers never tick here: their counters are polled)
+                if (totals or self._expected) and (totals != last or elapsed - last_print >= HEARTBEAT_SECONDS):
+                    self._show(format_progress(totals, elapsed, since, self._expected, self._stage))
+                    last, last_print = totals, elapsed
+
+    def _show(self, line: str) -> None:
+        if self._tty:
+            self.stream.write("\r\033[K" + line)
+            self._in_place = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _end_line(self) -> None:
+        if self._in_place:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._in_place = False
 
     def __exit__(self, *exc):
         if self._thread is None:
             return False
-        ProgressPrinter._active -= 1
+        ProgressPrinter._active = None
         self._stop.set()
         self._thread.join()
+        self._end_line()
         if self._previous_env is None:
             os.environ.pop(PROGRESS_DIR_ENV, None)
         else:

@@ -45,6 +45,11 @@ def load_captions_file(path: str) -> tuple[list, list]:
     return data["images"], data["annotations"]
 
 
+def caption_texts(path: str) -> list:
+    """The caption of every annotation of the file, as given (for counts made before a run: progress totals)."""
+    return [a.get("caption") if isinstance(a, dict) else None for a in load_captions_file(path)[1]]
+
+
 def check_file(path: str) -> None:
     require_file(path)
     load_captions_file(path)

@@ -16,6 +16,7 @@ from apache_beam.io import fileio
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
+from pipeline.io.progress import Tick
 from pipeline.io.report import table_report
 from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
 from pipeline.llm.cache import lines as cache_lines
@@ -256,6 +257,10 @@ def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteS
     return (written, parts["counts"], captions) | f"AllCounts{spec.label}" >> beam.Flatten()
 
 
+def _prompt_count(answer: dict) -> int:
+    return len(answer["elements"])
+
+
 def count_units(units, label: str):
     """The source_file of each unit of account (a prompt, a (caption, rule type) pair, a malformed record), from
     several PCollections -> (file, units), the "read" counts of WriteTableOutputs."""
@@ -291,6 +296,9 @@ def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: 
         | f"Unpack{label}" >> beam.Map(lambda r: {"entry": r.inference, "elements": r.example["sharers"],
                                                   "from_cache": False})
     )
+    # progress: prompts answered from the cache, and by the model
+    _ = split.hit | f"ProgressCached{label}" >> beam.ParDo(Tick(spec.table, "cached", size=_prompt_count))
+    _ = generated | f"ProgressGenerated{label}" >> beam.ParDo(Tick(spec.table, "generated", size=_prompt_count))
     decided = ((split.hit, generated) | f"AllAnswers{label}" >> beam.Flatten()
                | f"Validate{label}" >> beam.ParDo(_Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet))
                .with_outputs(REJECTED, "llm", main="rows"))

@@ -55,6 +55,13 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     return outputs | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard)
 
 
+def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
+    """Progress totals: a record per caption annotation."""
+    from pipeline.sources import coco
+
+    return {TABLE: (len(coco.caption_texts(opts.coco_captions)), "captions")}
+
+
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section = table_report(TABLE, counts, [])
     section.update({"samples_file": SAMPLES_FILE, "seed": opts.seed})

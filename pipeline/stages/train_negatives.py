@@ -143,6 +143,17 @@ def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
     return (written, corpus) | "TableCounts" >> beam.Flatten()
 
 
+def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
+    """Progress totals: a record per caption annotation; an LLM negative table, a prompt per (caption, type)."""
+    from pipeline.sources import coco
+
+    captions = coco.caption_texts(opts.coco_captions)
+    found = {TABLE: (len(captions), "captions")} if rule_types(opts) else {}
+    if llm_negatives.llm_types(negative_types(opts)):
+        found[llm_negatives.TABLE] = (len(captions) * len(llm_negatives.llm_types(negative_types(opts))), "prompts")
+    return found
+
+
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     found = {}
     if rule_types(opts):

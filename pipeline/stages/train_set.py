@@ -165,6 +165,11 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
     return (written, built[JOINED_COUNTS], *sent) | "TrainCounts" >> beam.Flatten()
 
 
+def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
+    """Progress totals: a record per caption annotation."""
+    return {TABLE: (len(coco.caption_texts(opts.coco_captions)), "captions")}
+
+
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section = table_report(TABLE, counts, ["positive_type", "negative_type"])
     section["join"] = join_balance(counts)
