@@ -27,7 +27,11 @@ FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION} AS beam_sdk
 FROM ${CUDA_IMAGE}
 ARG PYTHON_VERSION
 ARG BEAM_VERSION
-ENV DEBIAN_FRONTEND=noninteractive \
+# The commit the image is built from, which every report.json records (the image holds no .git):
+#   docker build --build-arg HARDPOS_GIT_COMMIT=$(git rev-parse HEAD) ...
+ARG HARDPOS_GIT_COMMIT=
+ENV HARDPOS_GIT_COMMIT=${HARDPOS_GIT_COMMIT} \
+    DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

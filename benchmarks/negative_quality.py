@@ -106,7 +106,7 @@ def judged_table(rows: list[dict], title: str) -> None:
 
 
 def automatic_figures(output_dir: str, captions: str) -> None:
-    violations, figures = check_output(output_dir, 0.0, captions)
+    violations, figures = check_output(output_dir, None, captions)
     checks = figures["checks"]
     replace_rows = figures["rows_by_type"].get("replace", 0)
     print(f"\nAutomatic figures on all {figures['captions']:,} captions:")

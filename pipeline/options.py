@@ -104,6 +104,9 @@ def _flags_what_to_run(group) -> None:
                        help="Rows per Parquet shard; the shard count follows from the row count.")
     group.add_argument("--progress_seconds", type=float_in(0, MAX_SECONDS), default=5.0,
                        help="Seconds between progress lines while a pipeline runs; 0 turns them off.")
+    group.add_argument("--allow_empty", action="store_true", default=False,
+                       help="Commit a table with 0 rows (default: a stage whose table is empty says so, exits 1 "
+                            "and leaves --output_dir as it was).")
 
 
 def _flags_eval_sets(group) -> None:
@@ -164,7 +167,8 @@ def _flags_hard_positives(group) -> None:
     group.add_argument("--model", default=None,
                        help="Model path or id, e.g. meta-llama/Llama-2-70b-chat-hf (default with "
                             "--llm_engine=transformers: the embedded SmolLM2-135M-Instruct).")
-    group.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice.")
+    group.add_argument("--cache_dir", help="Folder (local or gs://) for LLM results; re-runs ask nothing twice "
+                                           "(default: <output_dir>/llm_cache).")
     group.add_argument("--chat_format", default="auto", choices=("auto", "none", "llama2"),
                        help="How a prompt reaches the model: auto (default: the model's own chat template, "
                             "through tokenizer.apply_chat_template, vLLM's LLM.chat or /chat/completions), "
@@ -187,7 +191,9 @@ def _flags_hard_positives(group) -> None:
     group.add_argument("--positive_checks", default="wordnet", choices=("wordnet", "rules"),
                        help="Validation of REPLACE rewrites: rules, or rules plus WordNet (default): a word "
                             "the hard-negative generator would offer as a replacement is rejected.")
-    group.add_argument("--llm_base_url", help="openai engine: the server's base URL, e.g. http://host:8000/v1.")
+    group.add_argument("--llm_base_url", help="openai engine: the server's base URL, e.g. http://host:8000/v1 "
+                                              "(default: OPENAI_BASE_URL; the key comes from OPENAI_API_KEY). It "
+                                              "must answer GET <url>/models before the first prompt.")
     group.add_argument("--llm_concurrency", type=_workers, default=16,
                        help="openai engine: requests in flight per worker.")
     group.add_argument("--llm_timeout", type=_seconds, default=60.0, help="openai engine: seconds per request.")
@@ -259,6 +265,9 @@ def _flags_publish(group) -> None:
                        help="publish: local folder for the Hub layout (default <output_dir>/hub). It must be "
                             "empty or hold an earlier publish (its .hardpos-publish.json manifest); only the "
                             "files that manifest lists are ever replaced or deleted.")
+    group.add_argument("--leave_out_empty", action="store_true", default=False,
+                       help="publish: leave a table with 0 rows out of the folder and card, with a line, instead of "
+                            "refusing to publish (a config with no data does not load with datasets).")
     group.add_argument("--allow_partial", action="store_true", default=False,
                        help="publish: skip, with a line each, folders holding a run with no report.json (killed, "
                             "failed or still running) instead of refusing to publish (default: refuse).")

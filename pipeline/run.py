@@ -56,6 +56,7 @@ from pipeline.options import (
     unknown_flag_message,
     unknown_flags,
 )
+from pipeline.provenance import build_info
 from pipeline.sources.files import InputFileError
 from pipeline.stages import (
     all_stages,
@@ -139,6 +140,7 @@ def _write_report(counts: dict, staging: str, target: str, stage: str, opts: Har
                   stage_inputs: dict) -> None:
     report = {
         "stage": stage,
+        "hardpos": build_info(),
         "output_dir": target,
         "inputs": stage_inputs,
         "tables": STAGES[stage].report_tables(counts, opts),
@@ -159,6 +161,13 @@ def failed_requests(report: dict, max_fraction: float) -> str | None:
             return (f"{failed:,} of the {prompts:,} LLM prompts of {name} failed as requests (request_failed), "
                     f"more than --max_failed_fraction={max_fraction}")
     return None
+
+
+def empty_tables(report: dict) -> list[str]:
+    """A line for each table of the report with no rows: an empty table is a failure unless --allow_empty."""
+    return [f"table {name} has 0 rows ({t.get('read', 0):,} records read: {t.get('discarded', 0):,} discarded, "
+            f"{t.get('rejected', 0):,} rejected; the reasons are in the summary above; --allow_empty commits it)"
+            for name, t in report["tables"].items() if t.get("rows") == 0]
 
 
 class RunFailed(Exception):
@@ -235,6 +244,7 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
     failed = failed_requests(report, opts.max_failed_fraction)
     if failed:
         problem.append(failed)
+    problem += [] if opts.allow_empty else empty_tables(report)
     if problem:
         raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report)
     return report

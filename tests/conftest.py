@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,10 @@ SAMPLES = REPO / "samples"
 VL_SAMPLE = SAMPLES / "vl_checklist"
 ARO_SAMPLE = SAMPLES / "aro" / "visual_genome_attribution.json"
 SHARED_DATA = Path(os.environ.get("HARDPOS_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+# a progress line: "[<stage>   12.3s] ..."
+PROGRESS_LINE = re.compile(r"^\[\w+ +[\d.]+s\] ")
 
 
 def run_cli(*args: str, module: str = "pipeline.run") -> subprocess.CompletedProcess:

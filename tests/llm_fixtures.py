@@ -96,6 +96,8 @@ class CompletionsServer(LocalHTTPServer):
 
     def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None):
         self.requests = 0
+        self.model_lists = 0  # GET /v1/models requests
+        self.auth = None  # the Authorization header of the last model list asked for
         self.paths = []  # the endpoint of each answered request
         self.fail_first = fail_first
         self.lock = threading.Lock()
@@ -108,6 +110,18 @@ class CompletionsServer(LocalHTTPServer):
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
+
+            def do_GET(self):  # the model list, which the engine asks for before the first prompt
+                server.model_lists += 1
+                server.auth = self.headers.get("Authorization")
+                found = self.path == "/v1/models"
+                data = json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode()
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data) if found else 0))
+                self.end_headers()
+                if found:
+                    self.wfile.write(data)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -90,7 +90,7 @@ def test_the_output_check_counts_identical_swap_and_negclip(tmp_path, ctx):
             "candidates": 1, "seed": 0}
     rows = [{**base, "negative_type": "swap"}, {**base, "negative_type": "negclip", "generator": "negclip/2"}]
     out = write_run_folder(tmp_path, "train_negatives", rows)
-    violations, figures = check_output(str(out), min_replace_yield=0.0, ctx=ctx)
+    violations, figures = check_output(str(out), {"replace": 0.0}, ctx=ctx)
     assert figures["checks"]["swap_equals_negclip"] == 1
     assert any(v.startswith("swap_equals_negclip") for v in violations)
 
@@ -102,3 +102,36 @@ def test_a_swap_may_move_a_colour_and_nothing_else(ctx):
     # negclip exchanging "a young man" with "a man" reads as a move of "young": not swap's rule
     assert "moved_word" not in names(check_row(row("A young man watches a man.", "A man watches a young man.",
                                                    "negclip"), ctx))
+
+
+def test_yield_targets_apply_to_full_size_runs_or_when_asked(tmp_path, capsys):
+    """Two captions, one with a replace negative (yield 50%): the release's 95% means nothing on a cut."""
+    import json
+
+    from pipeline.checks.negatives import FULL_SIZE_CAPTIONS, main
+    from pipeline.publish.layout import write_run_folder
+
+    row = {"example_id": "e1", "caption_id": 1, "image_id": 1, "file_name": "1.jpg", "image_url": None,
+           "source_file": "c.json", "caption": "a white dog on a bench", "hard_negative": "a black dog on a bench",
+           "negative_index": 0, "atom": "attribute", "changed_span": "white", "new_span": "black", "span_start": 2,
+           "span_end": 7, "generator": "replace/9", "ranker": "ngram", "rank_score": 0.5, "candidates": 1, "seed": 0,
+           "negative_type": "replace"}
+    out = write_run_folder(tmp_path, "train_negatives", [row])
+
+    def with_read(n):
+        report = json.loads((out / "report.json").read_text())
+        report["tables"]["train_negatives"].update(read=n, negative_types={"replace": {}})
+        (out / "report.json").write_text(json.dumps(report))
+
+    with_read(2)
+    assert main([str(out)]) == 0
+    assert "release targets not applied (2 captions: not a full-size run" in capsys.readouterr().out
+    assert main([str(out), "--yield_targets=release"]) == 1
+    assert "VIOLATION replace yield 50.00% < 95%" in capsys.readouterr().out
+    assert main([str(out), "--min_yield", "replace=0.4"]) == 0
+    assert main([str(out), "--min_yield", "replace=0.6"]) == 1
+    capsys.readouterr()
+    with_read(FULL_SIZE_CAPTIONS)
+    assert main([str(out)]) == 1
+    assert "yield targets: replace >= 95%; release targets" in capsys.readouterr().out
+    assert main([str(out), "--yield_targets=none"]) == 0

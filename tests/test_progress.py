@@ -78,3 +78,51 @@ def test_remote_runs_are_followed_through_their_counters():
     poll_metrics(FakeRunningResult(), 0.01, stream)
     lines = stream.getvalue().splitlines()
     assert [re.search(r"train (\d+) rows", line).group(1) for line in lines] == ["100", "200"]
+
+
+def test_a_known_total_gives_done_of_total_rate_eta_and_prompt_counts():
+    totals = Counter({"hard_positives\temitted": 30, "hard_positives\trows": 41, "hard_positives\tdiscarded": 10,
+                      "hard_positives\tcached": 5, "hard_positives\tgenerated": 15})
+    line = format_progress(totals, 20.0, {"hard_positives": 0.0}, {"hard_positives": (200, "captions")},
+                           "hard_positives")
+    # 40 of 200 captions done (30 gave rows, 10 dead letters) in 20 s: 2/s, 160 left: 80 s
+    assert line.startswith("[hard_positives   20.0s] ")
+    assert "hard_positives 40/200 captions (20%, 2.0/s, ETA 1m20s): 41 rows +10 dead letters" in line
+    assert "prompts 5 cached, 15 generated" in line
+
+
+def test_only_the_running_stage_is_shown_not_a_finished_one():
+    totals = Counter({"train_negatives\trows": 205, "train_negatives\trejected": 5, "hard_positives\trows": 3})
+    line = format_progress(totals, 1326.7, {}, {"hard_positives": (100, "captions")}, "hard_positives")
+    assert "train_negatives" not in line and "hard_positives 3/100 captions" in line
+    # before its first tick, the stage's total is still shown (0 done)
+    assert "hard_positives 0/100" in format_progress(Counter(), 3.0, {}, {"hard_positives": (100, "captions")})
+
+
+def test_not_a_terminal_gives_one_line_per_update_and_the_focused_stage():
+    stream = io.StringIO()  # not a TTY
+    with ProgressPrinter(0.05, stream):
+        ProgressPrinter.focus("demo_stage", {"demo": (200, "records")})
+        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+            _ = p | beam.Create(list(range(200))) | beam.ParDo(Slow()) | beam.ParDo(Tick("demo", "rows"))
+    text = stream.getvalue()
+    assert "\r" not in text and "\033" not in text
+    lines = text.splitlines()
+    assert lines and all(line.startswith("[demo_stage ") for line in lines), text
+    done = [int(m.group(1).replace(",", "")) for m in (re.search(r"demo ([\d,]+)/200", line) for line in lines) if m]
+    assert done == sorted(done) and len(done) == len(lines)
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_the_line_is_rewritten_in_place():
+    stream = FakeTTY()
+    with ProgressPrinter(0.05, stream):
+        ProgressPrinter.focus("demo_stage", {"demo": (200, "records")})
+        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+            _ = p | beam.Create(list(range(200))) | beam.ParDo(Slow()) | beam.ParDo(Tick("demo", "rows"))
+    text = stream.getvalue()
+    assert text.count("\r\033[K") >= 1 and text.endswith("\n") and text.count("\n") == 1

@@ -12,7 +12,7 @@ from pipeline.publish.layout import PublishError, find_tables
 from pipeline.publish.load import load_table
 from pipeline.publish.upload import UploadError, upload
 from pipeline.run import main
-from tests.conftest import SAMPLES, eval_sets_args, report, run_cli
+from tests.conftest import PROGRESS_LINE, SAMPLES, eval_sets_args, report, run_cli
 
 REPLAY = SAMPLES / "coco" / "hard_positives_replay.jsonl"
 CAPTIONS = SAMPLES / "coco" / "captions_sample.json"
@@ -53,9 +53,10 @@ def written_tables(out: Path) -> dict[str, int]:
 
 def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
     out, done = release
-    progress = [line for line in done.stderr.splitlines() if line.startswith("[progress")]
+    progress = [line for line in done.stderr.splitlines() if PROGRESS_LINE.match(line)]
     assert progress, done.stderr
-    counted = [line for line in progress if re.search(r"\b(train_negatives|hard_positives|train) \d+ rows", line)]
+    counted = [line for line in progress
+               if re.search(r"\b(train_negatives|hard_positives|train) [\d,]+(/[\d,]+)? ", line)]
     assert counted, progress
     summary = done.stdout
     for table in ("train_negatives", "hard_positives", "train"):
@@ -77,7 +78,7 @@ def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
 def test_progress_lines_come_while_rows_are_still_arriving(release):
     _, done = release
     totals = [sum(int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]*) rows", line))
-              for line in done.stderr.splitlines() if line.startswith("[progress")]
+              for line in done.stderr.splitlines() if PROGRESS_LINE.match(line)]
     assert totals and totals[0] < totals[-1], totals
 
 

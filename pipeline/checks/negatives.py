@@ -1,5 +1,5 @@
 """Check a train_negatives output folder: `python -m pipeline.checks.negatives OUTPUT_DIR [--coco_captions FILE]
-[--min_replace_yield 0.95]`.
+[--yield_targets auto|release|none] [--min_yield TYPE=FRACTION ...]`.
 
 Independent of how the rows were made, it asserts on every row:
 - no hard negative equals its caption (up to case and spacing), and the span columns locate the change;
@@ -14,7 +14,9 @@ Independent of how the rows were made, it asserts on every row:
   quantity_head_moved), never exchange a person with a thing (unlike_exchange) and never give one caption
   the same text (swap_equals_negclip); swap moves no word but a colour (moved_word);
 - every type: no a/an that disagrees with the next word where the caption's agreed (a_an);
-- the replace yield is at least the minimum, and the report balances.
+- the report balances; and each type's yield (captions with a negative of that type) meets its target: the
+  release targets (RELEASE_YIELDS) on a full-size run (a whole COCO captions file, FULL_SIZE_CAPTIONS or more;
+  on a cut they mean nothing) or when asked (--yield_targets=release), and any --min_yield given.
 Exits 1 and prints the violations when any is found.
 """
 from __future__ import annotations
@@ -179,8 +181,30 @@ def corpus_of(captions_file: str):
     return counts.model()
 
 
-def check_output(output_dir: str, min_replace_yield: float = 0.95, captions_file: str | None = None,
+# The release's yield target (issue 3: replace on 95% of captions); swap's and negclip's were measured out of reach
+# (benchmarks/swap_yield_ceiling.py) and are not release targets.
+RELEASE_YIELDS = {"replace": 0.95}
+# A run this large is a whole COCO captions file (val2017: 25,014; train2017: 591,753), not a cut of one.
+FULL_SIZE_CAPTIONS = 25_000
+
+
+def yield_targets(mode: str, captions: int, asked: dict[str, float]) -> tuple[dict[str, float], str]:
+    """The targets to apply ({type: minimum yield}) and a line saying which and why."""
+    release = mode == "release" or (mode == "auto" and captions >= FULL_SIZE_CAPTIONS)
+    targets = {**(RELEASE_YIELDS if release else {}), **asked}
+    why = ("release targets" if release else "release targets not applied" +
+           (f" ({captions:,} captions: not a full-size run, under {FULL_SIZE_CAPTIONS:,}; --yield_targets=release "
+            f"applies them)" if mode == "auto" else " (--yield_targets=none)"))
+    return targets, f"yield targets: {_targets_text(targets) or 'none'}; {why}"
+
+
+def _targets_text(targets: dict[str, float]) -> str:
+    return ", ".join(f"{t} >= {v:.0%}" for t, v in sorted(targets.items()))
+
+
+def check_output(output_dir: str, min_yields: dict[str, float] | None = None, captions_file: str | None = None,
                  ctx: Context | None = None) -> tuple[list[str], dict]:
+    """The violations found and the figures; min_yields: {negative type: minimum yield} to check (None: none)."""
     report = read_json(os.path.join(output_dir, REPORT_FILE))
     section = report["tables"][TABLE]
     captions_file = captions_file or section.get("inputs", report.get("inputs", {})).get("coco_captions")
@@ -215,9 +239,22 @@ def check_output(output_dir: str, min_replace_yield: float = 0.95, captions_file
         violations.append(f"{rows_seen} rows on disk, the report says {section['rows']}")
     if not section["balanced"]:
         violations.append("report does not balance: read != emitted + discarded + rejected")
-    if "replace" in section.get("negative_types", {}) and figures["replace_yield"] < min_replace_yield:
-        violations.append(f"replace yield {figures['replace_yield']:.2%} < {min_replace_yield:.0%}")
+    for kind, minimum in sorted((min_yields or {}).items()):
+        if kind in section.get("negative_types", {}) and figures["yield"].get(kind, 0.0) < minimum:
+            violations.append(f"{kind} yield {figures['yield'].get(kind, 0.0):.2%} < {minimum:.0%}")
     return violations, figures
+
+
+def _min_yield(text: str) -> tuple[str, float]:
+    kind, _, value = text.partition("=")
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not kind or not 0 <= fraction <= 1:
+        raise argparse.ArgumentTypeError(f"expected TYPE=FRACTION with FRACTION in [0, 1], e.g. replace=0.95; got "
+                                         f"{text!r}")
+    return kind, fraction
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,10 +263,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coco_captions", default=None,
                         help="The captions the table was made from (default: the report's input), for the "
                              "vocabulary checks.")
-    parser.add_argument("--min_replace_yield", type=float, default=0.95)
+    parser.add_argument("--yield_targets", choices=("auto", "release", "none"), default="auto",
+                        help=f"The release's yield targets ({_targets_text(RELEASE_YIELDS)}): auto (default) applies them to a full-size run only ({FULL_SIZE_CAPTIONS:,} captions "
+                             f"or more), release always, none never.")
+    parser.add_argument("--min_yield", type=_min_yield, action="append", default=[], metavar="TYPE=FRACTION",
+                        help="A yield target of your own, e.g. swap=0.05 (repeatable); applied whatever the size.")
+    parser.add_argument("--min_replace_yield", type=float, default=None,
+                        help="Same as --min_yield replace=FRACTION.")
     args = parser.parse_args(argv)
-    violations, figures = check_output(args.output_dir, args.min_replace_yield, args.coco_captions)
+    asked = dict(args.min_yield)
+    if args.min_replace_yield is not None:
+        asked["replace"] = args.min_replace_yield
+    report = read_json(os.path.join(args.output_dir, REPORT_FILE))
+    section = report["tables"][TABLE]
+    targets, why = yield_targets(args.yield_targets, section["read"] - section["rejected"], asked)
+    violations, figures = check_output(args.output_dir, targets, args.coco_captions)
     print(f"{figures['rows']} rows over {figures['captions']} captions; replace yield {figures['replace_yield']:.2%}")
+    print(f"  {why}")
     for kind, n in figures["rows_by_type"].items():
         print(f"  {kind}: {n} rows, yield {figures['yield'][kind]:.2%}")
     if figures["corpus"] is None:

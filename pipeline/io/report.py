@@ -104,8 +104,10 @@ def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
                             "inputs": section.get("inputs", folder_report.get("inputs", {}))}
     for name, section in stage_report["tables"].items():
         tables[name] = {**section, "stage": stage_report["stage"], "inputs": stage_report.get("inputs", {})}
+    from pipeline.provenance import build_info
+
     return {"output_dir": stage_report["output_dir"], "stages": sorted({t["stage"] for t in tables.values()}),
-            "tables": tables}
+            "hardpos": build_info(), "tables": tables}
 
 
 def _by_count(counts: Counter) -> dict:

@@ -6,7 +6,7 @@ none sends it as a plain completion, llama2 as a hand-written [INST] ... [/INST]
   `SamplingParams`; prefix caching on, since every prompt of a kind shares its instruction prefix).
 - openai: any OpenAI-compatible server (`vllm serve`, TGI, SGLang, llama.cpp's): POST {base_url}/chat/completions
   for auto, {base_url}/completions otherwise, over plain HTTP, bounded concurrency, timeouts, retries with
-  exponential backoff.
+  exponential backoff; base_url from --llm_base_url or OPENAI_BASE_URL, the key from OPENAI_API_KEY.
 - transformers: HF `generate` with left padding, on CPU or GPU (`tokenizer.apply_chat_template` for auto); the
   default model is the embedded SmolLM2-135M-Instruct (models.py).
 - replay: answers recorded earlier ({type (or positive_type), caption, text} per JSONL line: another run's
@@ -156,6 +156,37 @@ class TransformersEngine:
         return gens
 
 
+def api_headers() -> dict:
+    """The JSON headers of an OpenAI-compatible request; the key, when OPENAI_API_KEY is set, as a Bearer token."""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def server_problem(base_url: str, timeout_s: float = 10.0) -> str | None:
+    """Why the OpenAI-compatible server at base_url cannot take prompts (GET {base_url}/models, which vLLM, TGI,
+    SGLang and llama.cpp's server all answer), or None: checked once before the first prompt, so that a server that
+    is down is one line instead of every prompt's retries."""
+    url = base_url.rstrip("/") + "/models"
+    request = urllib.request.Request(url, headers=api_headers(), method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            return f"GET {url}: HTTP {e.code}: the server refused the key (set OPENAI_API_KEY)"
+        hint = " (is --llm_base_url the API root, e.g. http://host:8000/v1?)" if e.code == 404 else ""
+        return f"GET {url}: HTTP {e.code}{hint}"
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        return f"cannot reach the LLM server: GET {url}: {reason}"
+    except ValueError:
+        return f"GET {url}: the reply is not JSON: is {base_url} an OpenAI-compatible server?"
+    return None
+
+
 class OpenAIEngine:
     RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 
@@ -169,10 +200,7 @@ class OpenAIEngine:
         self.timeout_s = config.timeout_s
         self.retries = config.request_retries
         self.pool = ThreadPoolExecutor(max_workers=config.concurrency)
-        self.headers = {"Content-Type": "application/json"}
-        key = os.environ.get("OPENAI_API_KEY")
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"
+        self.headers = api_headers()
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
         return list(self.pool.map(self._one, prompts, params))

