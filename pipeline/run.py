@@ -244,7 +244,8 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
     failed = failed_requests(report, opts.max_failed_fraction)
     if failed:
         problem.append(failed)
-    problem += [] if opts.allow_empty else empty_tables(report)
+    if not problem and not opts.allow_empty:
+        problem = empty_tables(report)
     if problem:
         raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report)
     return report

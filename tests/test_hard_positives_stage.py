@@ -51,7 +51,7 @@ def tiny_model(tmp_path_factory, captions_300):
 def llm_args(captions, out, cache, model, *extra):
     return ["--stage=hard_positives", f"--coco_captions={captions}", f"--output_dir={out}", f"--cache_dir={cache}",
             "--llm_engine=transformers", f"--model={model}", "--llm_device=cpu", "--chat_format=llama2",
-            "--positive_types=replace,swap", *extra]
+            "--positive_types=replace,swap", "--allow_empty", *extra]  # a tiny random model's answers may all fail
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +290,10 @@ def test_case6_a_run_whose_llm_requests_mostly_fail_exits_non_zero_and_commits_n
     assert re.search(r"44 of the 44 LLM prompts of hard_positives failed as requests \(request_failed\), more "
                      r"than --max_failed_fraction=0.5; nothing was written", err), err
     assert visible_files(out) == before  # the earlier result stays
-    assert main(replay_args(out, tmp_path / "empty_cache", elsewhere, "--max_failed_fraction=1")) == 0
+    assert main(replay_args(out, tmp_path / "empty_cache", elsewhere, "--max_failed_fraction=1")) == 1
+    assert "table hard_positives has 0 rows" in capsys.readouterr().err  # and its own reason to fail
+    assert main(replay_args(out, tmp_path / "empty_cache", elsewhere, "--max_failed_fraction=1",
+                            "--allow_empty")) == 0
 
 
 def test_case14_a_replay_file_that_is_not_utf8_is_one_line(tmp_path):
