@@ -6,7 +6,9 @@ The release (github.com/amitakamath/hard_positives) holds data/vl_checklist_{att
 (image_id, true_caption = c, false_caption = c_n) and swapped_data/ with the same records, true_caption = c_p.
 A row of ours agrees when the release has a record of the same image with the same (c, c_n) and the same c_p.
 Both are counted exactly and with case folded: the release writes relations in lower case throughout and
-keeps the source's capitals in some attribute captions.
+keeps the source's capitals in some attribute captions. Each is also counted with spacing folded (both sides
+single-spaced): the release keeps VL-CheckList's double and leading spaces in 185 attribute records,
+which our rows no longer have (no spacing cue between c, c_p and c_n).
 """
 from __future__ import annotations
 
@@ -36,8 +38,16 @@ def release_positives(release: str) -> dict[tuple, set[str]]:
     return found
 
 
-def agreement(rows: list[dict], release: dict[tuple, set[str]], fold: bool) -> dict:
-    norm = str.casefold if fold else (lambda t: t)
+COMPARISONS = {  # name -> how both sides' texts are compared
+    "exact": lambda t: t,
+    "spacing folded": lambda t: " ".join(t.split()),
+    "case folded": str.casefold,
+    "case+spacing": lambda t: " ".join(t.casefold().split()),
+}
+
+
+def agreement(rows: list[dict], release: dict[tuple, set[str]], comparison: str) -> dict:
+    norm = COMPARISONS[comparison]
     index: dict[tuple, set[str]] = {}
     for (subset, image, c, cn), positives in release.items():
         index.setdefault((subset, image, norm(c), norm(cn)), set()).update(norm(p) for p in positives)
@@ -63,14 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     release = release_positives(args.release)
     print(f"{len(rows):,} REPLACE rows of ours; {sum(len(v) for v in release.values()):,} released (c, c_n, c_p)")
     print(f"{'comparison':<14} {'subset':<10} {'rows':>7} {'(c, c_n) in release':>20} {'same c_p':>9} {'share':>7}")
-    for fold in (False, True):
-        counts = agreement(rows, release, fold)
+    for comparison in COMPARISONS:
+        counts = agreement(rows, release, comparison)
         for subset in ("attribute", "relation", "all"):
             pick = ("attribute", "relation") if subset == "all" else (subset,)
             n = sum(counts[s, "rows"] for s in pick)
             pair = sum(counts[s, "pair_in_release"] for s in pick)
             same = sum(counts[s, "same_positive"] for s in pick)
-            print(f"{'case folded' if fold else 'exact':<14} {subset:<10} {n:>7,} {pair:>20,} {same:>9,} "
+            print(f"{comparison:<14} {subset:<10} {n:>7,} {pair:>20,} {same:>9,} "
                   f"{same / n if n else 0:>7.2%}")
     return 0
 

@@ -77,4 +77,4 @@ def test_captions_are_checked_against_the_source(sample_output, tmp_path):
     color.write_text(original.replace("brown knob", "black knob"))
     assert check_output(str(sample_output), str(root))[1] == [
         "Attribute/vg/color.json:0: source captions differ from the source",
-        "Attribute/vg/color.json:0: captions are not the source in lower case"]
+        "Attribute/vg/color.json:0: captions are not the source single-spaced in lower case"]

@@ -2,7 +2,7 @@
 
 - The worker image: the Dockerfile is parsed with dockerfile_parse, never built. dockerfile_problems() holds the
   checks; test_dockerfile_checks_catch feeds it edited copies, one per check, to show that each one can fail.
-- README's Dataflow commands: the ```bash blocks that follow `<!-- dataflow:gpu -->` / `<!-- dataflow:cpu -->`,
+- The Dataflow commands of docs/runners.md: the ```bash blocks that follow `<!-- dataflow:gpu -->` / `<!-- dataflow:cpu -->`,
   split as a shell splits them. For each: every flag is known, Beam's option validation for the DataflowRunner is
   clean, the launcher's own checks (pipeline.run.parse) pass against a stand-in for GCS, and the stage's Beam graph
   is constructed with those options and never submitted. GPU commands must ask for a driver and a machine type that
@@ -34,7 +34,7 @@ from pipeline.options import HardposOptions, unknown_flags
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 GPU_CONSTRAINTS = REPO / "docker" / "constraints-gpu.txt"
-README = REPO / "README.md"
+README = REPO / "docs" / "runners.md"  # the Dataflow commands, the image and its versions (moved from README.md)
 BOOT = "/opt/apache/beam"
 CUDA_BASE = re.compile(r"^(?:[\w.-]+/)*nvidia/cuda:\d+(?:\.\d+)*-(?:cudnn\d*-)?(?:runtime|devel)-ubuntu\d+\.\d+$")
 
@@ -274,7 +274,7 @@ def test_dockerignore_keeps_out_local_state_and_keeps_what_the_install_reads():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# README's Dataflow commands
+# The Dataflow commands of docs/runners.md
 
 BLOCK = re.compile(r"<!-- dataflow:(gpu|cpu) -->\n```bash\n(.*?)```", re.S)
 CPU_STAGES = {"eval_sets", "train_negatives", "order_eval", "train_set"}
@@ -290,7 +290,7 @@ def shell_words(script: str) -> list[str]:
 
 
 def readme_commands() -> list[tuple[str, list[str]]]:
-    """(gpu|cpu, argv after `python -m pipeline.run`) for every marked block of README.md."""
+    """(gpu|cpu, argv after `python -m pipeline.run`) for every marked block of docs/runners.md."""
     commands = []
     for kind, script in BLOCK.findall(README.read_text(encoding="utf-8")):
         words = shell_words(script)

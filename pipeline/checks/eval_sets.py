@@ -2,11 +2,12 @@
 
 Independent of how the rows were made, it asserts:
 - REPLACE: c_p differs from c in exactly one span; every word of c_p is in c or in the replacement phrase
-  (the table target with its indefinite article); c_p never equals c or c_n; no material rows; with the
-  source given, source_caption and source_negative are the source captions verbatim and c, c_n them in lower
-  case.
+  (the table target with its indefinite article); c_p never equals c or c_n; c, c_n and c_p are single-spaced
+  (no spacing cue); no material rows; with the source given, source_caption and source_negative are the source
+  captions verbatim and c, c_n them single-spaced in lower case.
 - SWAP: c_p has c's multiset of words, in another order, reading "<det> a2 o2 and <det> a1 o1" where c reads
-  "<det> a1 o1 and <det> a2 o2" (attribute-object pairs kept, phrase order reversed); c_p != c, c_n.
+  "<det> a1 o1 and <det> a2 o2" (attribute-object pairs kept, phrase order reversed); c_p != c, c_n; c, c_n and
+  c_p are single-spaced.
 - Files and report agree: rows and dead letters on disk per input file add up to the records read.
 Exits 1 and prints the violations when any is found.
 """
@@ -22,7 +23,7 @@ from collections import Counter, defaultdict
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import read_table, shard_pattern
 from pipeline.io.report import REPORT_FILE, read_json
-from pipeline.perturb.text import indefinite_article, lower_case, words
+from pipeline.perturb.text import indefinite_article, lower_case, single_spaced, words
 from pipeline.sources import vl_checklist
 from pipeline.sources.files import read_json_list
 
@@ -41,6 +42,12 @@ def _changed_spans(a: list[str], b: list[str]) -> list[tuple]:
     return [op for op in matcher.get_opcodes() if op[0] != "equal"]
 
 
+def _spacing(row: dict) -> list[str]:
+    """c, c_n and c_p single-spaced alike: a spacing that differs between them is a cue a model could use alone."""
+    spaced = [name for name in ("caption", "hard_negative", "hard_positive") if row[name] != single_spaced(row[name])]
+    return [f"{', '.join(spaced)} not single-spaced (double, leading or trailing spaces)"] if spaced else []
+
+
 def check_replace_row(row: dict) -> list[str]:
     c, c_p = row["caption"], row["hard_positive"]
     c_words, n_words, p_words = words(c), words(row["hard_negative"]), words(c_p)
@@ -51,6 +58,7 @@ def check_replace_row(row: dict) -> list[str]:
         problems.append("hard positive equals hard negative")
     if row["category"] == "material":
         problems.append("material row")
+    problems += _spacing(row)
     start, original = row["span_start"], row["original_span"]
     if c[start:start + len(original)] != original or \
             c_p != c[:start] + row["positive_span"] + c[start + len(original):]:
@@ -83,7 +91,7 @@ def _phrase_reading(caption_words: list[str], attributes: list[str], objects: li
 
 def check_swap_row(row: dict) -> list[str]:
     c_words, n_words, p_words = words(row["caption"]), words(row["hard_negative"]), words(row["hard_positive"])
-    problems = []
+    problems = _spacing(row)
     if Counter(p_words) != Counter(c_words):
         problems.append("hard positive does not have the caption's multiset of words")
     if p_words == c_words:
@@ -101,7 +109,7 @@ def check_swap_row(row: dict) -> list[str]:
 
 def check_source_captions(rows: list[dict], root: str) -> list[str]:
     """source_caption and source_negative are the VL-CheckList captions, character for character (casing and
-    spacing kept); c and c_n are them in lower case."""
+    spacing kept); c and c_n are them single-spaced in lower case."""
     sources = {rel: read_json_list(os.path.join(root, rel)) for rel in vl_checklist.FILES.values()}
     problems = []
     for row in rows:
@@ -109,8 +117,9 @@ def check_source_captions(rows: list[dict], root: str) -> list[str]:
         source = [raw[1]["POS"][0], raw[1]["NEG"][0]]
         if [row["source_caption"], row["source_negative"]] != source:
             problems.append(f"{row['source_file']}:{row['source_index']}: source captions differ from the source")
-        if [row["caption"], row["hard_negative"]] != [lower_case(t) for t in source]:
-            problems.append(f"{row['source_file']}:{row['source_index']}: captions are not the source in lower case")
+        if [row["caption"], row["hard_negative"]] != [lower_case(single_spaced(t)) for t in source]:
+            problems.append(f"{row['source_file']}:{row['source_index']}: captions are not the source single-spaced "
+                            f"in lower case")
     return problems
 
 

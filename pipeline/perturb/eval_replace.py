@@ -17,7 +17,7 @@ from pipeline.perturb.outcomes import Discard
 from pipeline.perturb.text import Token, indefinite_article, match_case, tokenize, words
 
 DEFAULT_TABLE = Path(__file__).with_name("data") / "replace_table.json"
-GENERATOR = "replace_table_v1"
+GENERATOR = "replace_table_v2"  # v2: c, c_n and c_p single-spaced alike (the stage; no spacing cue)
 EXACT_DIFF_TOKENS = 1_000  # far above any caption the bounds let through by default (300 words)
 
 

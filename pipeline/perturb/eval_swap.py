@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pipeline.perturb.outcomes import Discard, Reject
 from pipeline.perturb.text import words
 
-GENERATOR = "swap_phrases_v1"
+GENERATOR = "swap_phrases_v2"  # v2: c, c_n and c_p single-spaced alike (the stage; no spacing cue)
 _DETERMINER = r"(?:the|a|an)"
 
 

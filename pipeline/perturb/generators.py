@@ -30,7 +30,7 @@ from pipeline.perturb.rank import choose
 # changes only its sex, no colour of a black and white photo, plate/tray near-synonyms, no adjective becomes one
 # beside it ("Old and new" -> "New and new"), a/an fixed across a double space. replace/9 (prepositions.json
 # v4): "in" of what is worn kept, no trick, stunt or wave beside, behind or outside anything.
-VERSIONS = {"replace": 9, "swap": 4, "negclip": 3}
+VERSIONS = {"replace": 9, "swap": 4, "negclip": 3, "aro_order": 2}  # aro_order/2: options single-spaced
 RANKED = ("replace", "swap", "negclip")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

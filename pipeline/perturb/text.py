@@ -58,6 +58,11 @@ def lower_case(text: str) -> str:
     return "".join(c if len(low := c.lower()) != 1 else low for c in text)
 
 
+def single_spaced(text: str) -> str:
+    """Words separated by one space, none at either end (any run of Unicode whitespace counts as one)."""
+    return " ".join(text.split())
+
+
 def has_surrogates(text: str) -> bool:
     """True where undecodable bytes were kept as lone surrogates (surrogateescape) or escaped into JSON."""
     return any("\ud800" <= c <= "\udfff" for c in text)

@@ -14,7 +14,7 @@ from pipeline.perturb import eval_replace, eval_swap
 from pipeline.perturb.eval_replace import ReplaceTable, replace_hard_positive
 from pipeline.perturb.eval_swap import swap_hard_positive
 from pipeline.perturb.outcomes import Skip
-from pipeline.perturb.text import lower_case
+from pipeline.perturb.text import lower_case, single_spaced
 from pipeline.sources import aro, vl_checklist
 from pipeline.sources.files import READ, InputBounds
 
@@ -57,15 +57,18 @@ class MakeReplaceRows(_RowsOrDeadLetters):
         self.replace_table = ReplaceTable.load(self.table_path)
 
     def make_row(self, record):
-        r = replace_hard_positive(
-            record["caption"], record["hard_negative"], record["subset"], record["category"], self.replace_table)
+        # One spacing for c, c_n and c_p: VL-CheckList keeps double and leading spaces in some captions c
+        # ("ceiling has hanging  hanging lights") and not in their c_n, a cue a model could use alone. The rule
+        # runs on the single-spaced texts (its word diff ignores spacing), so span_start indexes the caption row.
+        caption, negative = single_spaced(record["caption"]), single_spaced(record["hard_negative"])
+        r = replace_hard_positive(caption, negative, record["subset"], record["category"], self.replace_table)
         # One case for c, c_n and c_p, as the official release: VL-CheckList writes relations in capitals in
         # c ("letters ON sign") far more often than in c_n, a cue a cased text encoder could use alone.
         return {
             **{k: record[k] for k in ("example_id", "source", "source_file", "source_index", "subset", "category",
                                       "image_path", "image_id")},
-            "caption": lower_case(record["caption"]),
-            "hard_negative": lower_case(record["hard_negative"]),
+            "caption": lower_case(caption),
+            "hard_negative": lower_case(negative),
             "hard_positive": lower_case(r.hard_positive),
             "source_caption": record["caption"],
             "source_negative": record["hard_negative"],
@@ -85,12 +88,16 @@ class MakeSwapRows(_RowsOrDeadLetters):
         super().__init__(SWAP)
 
     def make_row(self, record):
-        s = swap_hard_positive(record["caption"], record["hard_negative"], tuple(record["attributes"]),
-                               record["obj1_name"], record["obj2_name"])
+        # Single-spaced alike, as REPLACE: c_p's phrases carry their spacing with them, so a double space of c
+        # (and of c_n, which keeps c's order) would stand elsewhere in c_p alone.
+        caption, negative = single_spaced(record["caption"]), single_spaced(record["hard_negative"])
+        s = swap_hard_positive(caption, negative, tuple(record["attributes"]), record["obj1_name"],
+                               record["obj2_name"])
         return {
             **{k: record[k] for k in ("example_id", "source", "source_file", "source_index", "image_path",
-                                      "image_id", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "caption",
-                                      "hard_negative")},
+                                      "image_id", "bbox_x", "bbox_y", "bbox_w", "bbox_h")},
+            "caption": caption,
+            "hard_negative": negative,
             "subset": SWAP,
             "hard_positive": s.hard_positive,
             "attributes": list(s.attributes),

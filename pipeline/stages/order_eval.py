@@ -14,6 +14,7 @@ from pipeline.options import HardposOptions
 from pipeline.perturb.generators import version
 from pipeline.perturb.neg_order import ARO_ORDER
 from pipeline.perturb.outcomes import Discard
+from pipeline.perturb.text import single_spaced
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
 
 STAGE = TABLE = "order_eval"
@@ -28,13 +29,16 @@ class MakeOrderRows(CaptionRowsFn):
         self.seed = seed
 
     def rows(self, record, doc):
+        # The five options single-spaced alike: an option keeps the caption's spacing by position, so a double
+        # space of the caption (296 of val2017's rows) stood in some options and not in others, a cue.
         row = {k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                      "source_file", "caption")}
+                                      "source_file")}
+        row["caption"] = single_spaced(record["caption"])
         for name in ARO_ORDER:
             found = self.generators.order(name, doc, self.seed, record["example_id"], 1)
             if not found:
                 raise Discard(f"no_{name}", f"no word order of {name} differs from the caption")
-            row[name] = found[0].text
+            row[name] = single_spaced(found[0].text)  # differs from the caption in words (same_text), not spacing
         row.update({"generator": version("aro_order"), "seed": self.seed})
         return [row]
 
