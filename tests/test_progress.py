@@ -126,3 +126,18 @@ def test_on_a_terminal_the_line_is_rewritten_in_place():
             _ = p | beam.Create(list(range(200))) | beam.ParDo(Slow()) | beam.ParDo(Tick("demo", "rows"))
     text = stream.getvalue()
     assert text.count("\r\033[K") >= 1 and text.endswith("\n") and text.count("\n") == 1
+
+
+def test_an_llm_table_counts_its_prompts_answered_until_they_are_all_in():
+    totals = Counter({"hard_positives\tcached": 4, "hard_positives\tgenerated": 6, "hard_positives\taccepted": 3,
+                      "hard_positives\tdiscarded": 2})
+    expected = {"hard_positives": (23, "prompts + captions", 13)}
+    line = format_progress(totals, 10.0, {"hard_positives": 0.0}, expected, "hard_positives")
+    # 10 of 13 prompts answered in 10 s: 1/s, 3 left
+    assert "hard_positives 10/13 prompts answered (77%, 1.0/s, ETA 3s): 4 cached, 6 generated, 3 accepted; 0 rows" \
+        in line, line
+    totals.update({"hard_positives\tgenerated": 3, "hard_positives\temitted": 8, "hard_positives\trows": 9,
+                   "hard_positives\trejected": 11})
+    line = format_progress(totals, 20.0, {"hard_positives": 0.0}, expected, "hard_positives")
+    assert "hard_positives 21/23 prompts + captions (91%, 1.1/s, ETA 1s): 9 rows +13 dead letters; prompts 4 cached, " \
+        "9 generated, 3 accepted" in line, line

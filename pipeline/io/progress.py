@@ -104,12 +104,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
+def _done_of(done: int, total: int, unit: str, span: float) -> str:
+    rate = done / span
+    eta = f", ETA {_duration((total - done) / rate)}" if done and done < total else ""
+    return f"{done:,}/{total:,} {unit} ({done / total:.0%}, {rate:,.1f}/s{eta})"
+
+
 def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | None = None,
-                    expected: dict[str, tuple[int, str]] | None = None, stage: str = "progress") -> str:
+                    expected: dict[str, tuple] | None = None, stage: str = "progress") -> str:
     """One line for the stage running now. Per table: what is done of its units of account (rows, or records that
     gave rows where one gives several, plus dead letters) against the total where it is known, with the rate
-    since the table's first tick and an ETA; an LLM table adds its prompts answered from the cache and generated.
-    With `expected` ({table: (total, unit)}) only those tables are shown: a chain's finished stages are not."""
+    since the table's first tick and an ETA. An LLM table (expected (total, unit, prompts)) counts its prompts
+    answered, from the cache or generated, against its prompts, since its rows come only once a caption's answers
+    are all in; then the answers accepted. With `expected` ({table: (total, unit[, prompts])}) only those tables
+    are shown: a chain's finished stages are not."""
     tables: dict[str, Counter] = {table: Counter() for table in expected or {}}
     for key, n in totals.items():
         table, what = key.split("\t")
@@ -121,17 +129,19 @@ def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | N
         span = max(elapsed - (since or {}).get(table, 0.0), 1e-3)
         dead = c["discarded"] + c["rejected"]
         done = (c["emitted"] or c["rows"]) + dead
-        total, unit = (expected or {}).get(table, (None, ""))
-        if total:
-            rate = done / span
-            eta = f", ETA {_duration((total - done) / rate)}" if done and done < total else ""
-            part = f"{table} {done:,}/{total:,} {unit} ({done / total:.0%}, {rate:,.1f}/s{eta}): {c['rows']:,} rows"
+        total, unit, prompts = ((expected or {}).get(table, (None, "")) + (0,))[:3]
+        answered = c["cached"] + c["generated"]
+        if prompts and answered < prompts:
+            part = (f"{table} {_done_of(answered, prompts, 'prompts answered', span)}: {c['cached']:,} cached, "
+                    f"{c['generated']:,} generated, {c['accepted']:,} accepted; {c['rows']:,} rows")
+        elif total:
+            part = f"{table} {_done_of(min(done, total), total, unit, span)}: {c['rows']:,} rows"
         else:
             part = f"{table} {c['rows']:,} rows ({c['rows'] / span:,.1f}/s)"
         if dead:
             part += f" +{dead:,} dead letters"
-        if c["cached"] or c["generated"]:
-            part += f"; prompts {c['cached']:,} cached, {c['generated']:,} generated"
+        if answered and not (prompts and answered < prompts):
+            part += f"; prompts {c['cached']:,} cached, {c['generated']:,} generated, {c['accepted']:,} accepted"
         parts.append(part)
     return f"[{stage} {elapsed:6.1f}s] " + (" | ".join(parts) if parts else "starting")
 

@@ -90,15 +90,16 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     return ([written, captions] + [p["counts"] for p in parts if "counts" in p]) | "AllCounts" >> beam.Flatten()
 
 
-def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
-    """Progress totals: a prompt per (caption, LLM type) the caption gets, and a unit per caption for the rules."""
+def expected_units(opts: HardposOptions) -> dict[str, tuple]:
+    """Progress totals: a prompt per (caption, LLM type) the caption gets, and a unit per caption for the rules;
+    then the prompts alone (the LLM's answers come long before their rows)."""
     from pipeline.llm.prompts import wants
 
     captions = coco.caption_texts(opts.coco_captions)
     prompts = sum(wants(kind, c) for kind in llm_kinds(opts) for c in captions if isinstance(c, str))
     rules = len(captions) if rule_types(positive_types(opts)) else 0
     unit = " + ".join(name for name, n in (("prompts", prompts), ("captions", rules)) if n) or "captions"
-    return {TABLE: (prompts + rules, unit)}
+    return {TABLE: (prompts + rules, unit, prompts)}
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:

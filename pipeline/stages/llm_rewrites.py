@@ -317,6 +317,7 @@ def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: 
     decided = ((split.hit, generated) | f"AllAnswers{label}" >> beam.Flatten()
                | f"Validate{label}" >> beam.ParDo(_Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet))
                .with_outputs(REJECTED, "llm", main="rows"))
+    _ = decided.rows | f"ProgressAccepted{label}" >> beam.ParDo(Tick(spec.table, "accepted"))
     kind_column, table = spec.kind_column, spec.table
     counts = (
         (decided["llm"] | f"LlmCounts{label}" >> beam.Map(lambda kv: (("llm", table, kv[0]), kv[1])),

@@ -143,14 +143,15 @@ def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
     return (written, corpus) | "TableCounts" >> beam.Flatten()
 
 
-def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
+def expected_units(opts: HardposOptions) -> dict[str, tuple]:
     """Progress totals: a record per caption annotation; an LLM negative table, a prompt per (caption, type)."""
     from pipeline.sources import coco
 
     captions = coco.caption_texts(opts.coco_captions)
     found = {TABLE: (len(captions), "captions")} if rule_types(opts) else {}
     if llm_negatives.llm_types(negative_types(opts)):
-        found[llm_negatives.TABLE] = (len(captions) * len(llm_negatives.llm_types(negative_types(opts))), "prompts")
+        prompts = len(captions) * len(llm_negatives.llm_types(negative_types(opts)))
+        found[llm_negatives.TABLE] = (prompts, "prompts", prompts)
     return found
 
 
