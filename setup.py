@@ -14,7 +14,8 @@ setup(
     packages=find_packages(include=["pipeline", "pipeline.*"]) + ["pipeline._schemas", "pipeline._prompts"],
     package_dir={"pipeline._schemas": "schemas", "pipeline._prompts": "prompts"},
     package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt", "released/*.txt", "negatives/*.txt"],
-                  "pipeline.perturb": ["data/*.json"], "pipeline.train": ["model_configs/*.json"]},
+                  "pipeline.perturb": ["data/*.json"], "pipeline.train": ["model_configs/*.json"],
+                  "pipeline.train.suites": ["data/*.json"]},
     install_requires=[
         "apache-beam>=2.77,<3",
         "pyarrow>=14,<26",  # apache-beam 2.77 pins pyarrow<26 and numpy<2.5

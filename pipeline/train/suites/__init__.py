@@ -43,6 +43,24 @@ class Context:
     def amp(self) -> bool:
         return self.precision.startswith("amp")
 
+    def typed_transform(self):
+        """The eval transform, its tensor cast to the weights' dtype under fp16/bf16 (clip-benchmark hands the
+        images to the model as they come from the loader)."""
+        from pipeline.train.scoring import input_dtype
+
+        dtype = input_dtype(self.precision)
+        return self.transform if dtype is None else CastTransform(self.transform, dtype)
+
+
+class CastTransform:
+    """transform(image).to(dtype), picklable for loader workers."""
+
+    def __init__(self, transform, dtype):
+        self.transform, self.dtype = transform, dtype
+
+    def __call__(self, image):
+        return self.transform(image).to(self.dtype)
+
 
 def root_flag(args, flag: str) -> Path:
     """The folder a root flag names, or SuiteSkipped naming the flag."""

@@ -59,7 +59,7 @@ def run(name: str, ctx: Context, args) -> dict:
     path = folder(name, args)
     with warnings.catch_warnings():  # webdataset's "shardshuffle is None": the order is kept, as wanted
         warnings.simplefilter("ignore", UserWarning)
-        ds = builder.build_dataset(f"wds/{DATASETS[name]}", root=str(path), transform=ctx.transform,
+        ds = builder.build_dataset(f"wds/{DATASETS[name]}", root=str(path), transform=ctx.typed_transform(),
                                    split="test", download=False, task="zeroshot_retrieval")
     images, captions = count(path)
     if not images:

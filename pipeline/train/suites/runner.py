@@ -99,7 +99,7 @@ def run_model(ctx: Context, names: list[str], skipped: dict[str, str], args) -> 
                 out[name] = {"status": "ok", **module.run(name, ctx, args)}
             except SuiteSkipped as e:
                 out[name] = {"status": "skipped", "reason": str(e)}
-            except (ValueError, OSError, KeyError, RuntimeError) as e:  # one suite's bad data never stops the others
+            except (ValueError, OSError, KeyError, IndexError, TypeError, RuntimeError) as e:  # this suite only
                 out[name] = {"status": "failed", "reason": _one_line(e)}
             out[name]["seconds"] = round(time.monotonic() - started, 2)
         out[name]["kind"] = kind

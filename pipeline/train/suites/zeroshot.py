@@ -95,7 +95,7 @@ def classify(ctx: Context, folder: Path, dataset: str) -> dict:
     builder, zeroshot_classification, _ = import_clip_benchmark()
     with warnings.catch_warnings():  # webdataset's "shardshuffle is None": the order is kept, as wanted
         warnings.simplefilter("ignore", UserWarning)
-        ds = builder.build_dataset(f"wds/{dataset}", root=str(folder), transform=ctx.transform, split="test",
+        ds = builder.build_dataset(f"wds/{dataset}", root=str(folder), transform=ctx.typed_transform(), split="test",
                                    download=False)
     if not ds.classes or not ds.templates:
         raise ValueError(f"{folder}: classnames.txt and zeroshot_classification_templates.txt are needed")
