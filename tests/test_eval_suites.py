@@ -148,6 +148,11 @@ def test_sugarcrepe_accuracy_is_the_fraction_with_s_pos_above_s_neg(run, roots, 
         assert got["ci95"][0] <= got["accuracy"] <= got["ci95"][1]
     assert figures["mean"] == pytest.approx(np.mean([figures["subsets"][s]["accuracy"]
                                                      for s in data.SUGARCREPE_SUBSETS]))
+    # Every scored row is kept, its figure recomputable from it.
+    lines = [json.loads(line) for line in (run[0] / figures["scores"]).read_text().splitlines()]
+    assert len(lines) == 7 * 3 and all(r["correct"] == (r["scores"][0] > r["scores"][1]) for r in lines)
+    assert np.mean([r["correct"] for r in lines if r["group"] == "swap_att"]) == \
+        pytest.approx(figures["subsets"]["swap_att"]["accuracy"])
 
 
 def test_clip_benchmark_reads_sugarcrepe_and_scores_it_as_we_do(run, roots, model, checkpoint):
@@ -275,8 +280,9 @@ def test_aro_sets_and_vl_checklist(run, roots, model, checkpoint):
 
 def test_a_missing_root_skips_its_suite_with_one_line_and_the_others_run(roots, tmp_path, capsys):
     out = tmp_path / "out"
-    code = evaluate.main(["--suites=sugarcrepe,aro,imagenet,replace", "--models=hardpos-tiny:", f"--out={out}",
-                          "--workers=0", "--bootstrap=0", f"--imagenet_root={roots['imagenet_root']}",
+    code = evaluate.main(["--suites=sugarcrepe,aro,imagenet,replace,vl_checklist", "--models=hardpos-tiny:",
+                          f"--out={out}", "--workers=0", "--bootstrap=0", f"--imagenet_root={roots['imagenet_root']}",
+                          f"--vl_checklist_root={roots['vl_checklist_root']}", "--limit=1",
                           "--sugarcrepe_root=/no/such/folder", f"--coco_val_images={roots['coco_val_images']}"])
     assert code == 0
     err = capsys.readouterr().err.splitlines()
@@ -287,6 +293,8 @@ def test_a_missing_root_skips_its_suite_with_one_line_and_the_others_run(roots, 
     assert set(result["skipped"]) == {"sugarcrepe", "aro", "replace"}
     suites = result["models"][0]["suites"]
     assert suites["imagenet"]["status"] == "ok" and suites["sugarcrepe"]["status"] == "skipped"
+    assert suites["imagenet"]["n"] == len(data.IMAGENET_LABELS)  # --limit is not for clip-benchmark's suites
+    assert [g["n"] for g in suites["vl_checklist"]["files"].values()] == [1, 1, 1]  # the first row of each file
     report = (out / "report.md").read_text()
     assert "- sugarcrepe: skipped: --sugarcrepe_root=/no/such/folder does not exist" in report
     assert "plot not written: no REPLACE or SWAP figures" in report
@@ -298,8 +306,8 @@ def test_a_missing_root_skips_its_suite_with_one_line_and_the_others_run(roots, 
 @pytest.mark.parametrize("flag, message", [
     ("--suites=replace,nope", "--suites: unknown suite nope"),
     ("--models=hardpos-tiny", "--models: 'hardpos-tiny' is not NAME:PRETRAINED"),
-    ("--models=NoSuchNet:", "--model: unknown open_clip model 'NoSuchNet'"),
-    ("--models=hardpos-tiny:/no/such.pt", "--pretrained: no such file /no/such.pt"),
+    ("--models=NoSuchNet:", "--models NoSuchNet:: --model: unknown open_clip model 'NoSuchNet'"),
+    ("--models=hardpos-tiny:/no/such.pt", "--models hardpos-tiny:/no/such.pt: --pretrained: no such file"),
 ])
 def test_bad_suite_flags_fail_fast_with_one_line(flag, message, tmp_path, capsys):
     assert evaluate.main([flag, f"--out={tmp_path / 'out'}"]) == 2

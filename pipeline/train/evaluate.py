@@ -95,7 +95,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tables", default=None,
                         help="comma-separated: replace_eval,swap_eval (default: both, whichever exist in --data)")
     parser.add_argument("--split", default=None, help="split to read (default: the table's only split)")
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows of each table")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="score only the first N rows of each table (with --suites: also of each SugarCrepe "
+                             "subset, ARO set and VL-CheckList file; not the clip-benchmark suites)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
                         help="image loading processes (0: in the main process)")

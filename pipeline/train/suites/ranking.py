@@ -92,8 +92,9 @@ def read_json(path: Path):
 
 # ------------------------------------------------------------------------------------------------- scoring
 
-def rank(ctx: Context, images_root: Path, rows: list[dict], label: str) -> tuple[list[dict], dict]:
-    """Per scored row {example_id, group, scores, correct}, and skip reasons with counts."""
+def rank(ctx: Context, images_root: Path, rows: list[dict], label: str, sink: list) -> tuple[list[dict], dict]:
+    """Per scored row {example_id, group, detail, scores, correct} (also added to sink), and skip reasons with
+    counts."""
     from pipeline.train.images import ImageLookup
     from pipeline.train.scoring import score_options
 
@@ -103,6 +104,7 @@ def rank(ctx: Context, images_root: Path, rows: list[dict], label: str) -> tuple
                                     label=label)
     out = [{"example_id": rows[i]["example_id"], "group": rows[i]["group"], "detail": rows[i].get("detail"),
             "scores": scores, "correct": bool(scores[0] > max(scores[1:]))} for i, scores in scored]
+    sink += out
     reasons: dict[str, int] = {}
     for _, reason, _ in skipped:
         reasons[reason] = reasons.get(reason, 0) + 1
@@ -126,11 +128,18 @@ def _groups(scored: list[dict], key: str = "group") -> dict[str, list[bool]]:
 # ------------------------------------------------------------------------------------------------- suites
 
 def run(name: str, ctx: Context, args) -> dict:
-    return {"sugarcrepe": run_sugarcrepe, "aro": run_aro, "vl_checklist": run_vl_checklist}[name](ctx, args)
+    """The suite's figures; every scored row (its option scores, correct or not) in <model>/<suite>_scores.jsonl,
+    so that any figure can be recomputed."""
+    scored: list[dict] = []
+    figures = {"sugarcrepe": run_sugarcrepe, "aro": run_aro, "vl_checklist": run_vl_checklist}[name](ctx, args, scored)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    with open(ctx.out / f"{name}_scores.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in scored)
+    return {**figures, "scores": f"{ctx.slug}/{name}_scores.jsonl"}
 
 
-def sugarcrepe_rows(root: Path) -> tuple[list[dict], list[str]]:
-    """Rows of every subset file present, and the subsets missing."""
+def sugarcrepe_rows(root: Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    """Rows of every subset file present (the first `limit` of each), and the subsets missing."""
     rows, missing = [], []
     for subset in SUGARCREPE_SUBSETS:
         path = root / f"{subset}.json"
@@ -140,15 +149,15 @@ def sugarcrepe_rows(root: Path) -> tuple[list[dict], list[str]]:
         annotations = read_json(path)
         if not isinstance(annotations, dict):
             raise ValueError(f"{path}: expected SugarCrepe's {{id: {{filename, caption, negative_caption}}}}")
-        for key, a in annotations.items():
+        for key, a in list(annotations.items())[:limit]:
             rows.append({"example_id": f"{subset}:{key}", "group": subset, "image_path": a["filename"],
                          "options": [a["caption"], a["negative_caption"]]})
     return rows, missing
 
 
-def run_sugarcrepe(ctx: Context, args) -> dict:
-    rows, missing = sugarcrepe_rows(Path(args.sugarcrepe_root))
-    scored, reasons = rank(ctx, Path(args.coco_val_images), rows, "sugarcrepe")
+def run_sugarcrepe(ctx: Context, args, sink: list) -> dict:
+    rows, missing = sugarcrepe_rows(Path(args.sugarcrepe_root), args.limit)
+    scored, reasons = rank(ctx, Path(args.coco_val_images), rows, "sugarcrepe", sink)
     groups = _groups(scored)
     subsets = {s: summary(groups.get(s, []), ctx) for s in SUGARCREPE_SUBSETS if s not in missing}
     accuracies = [g["accuracy"] for g in subsets.values() if g["accuracy"] is not None]
@@ -163,7 +172,7 @@ def pre_caption(caption: str, max_words: int = ARO_MAX_WORDS) -> str:
     return " ".join(text.split(" ")[:max_words])
 
 
-def order_rows(path: Path, part: str, seed: int) -> tuple[list[dict], dict]:
+def order_rows(path: Path, part: str, seed: int, limit: int | None = None) -> tuple[list[dict], dict]:
     """ARO's order rows from BLIP's Karpathy test file ([{image, caption: [...]}]): each caption with its four
     shuffles; a caption one shuffle cannot change is left out (counted), as an unchanged option would tie."""
     from pipeline.perturb.candidates import record_rng
@@ -173,7 +182,7 @@ def order_rows(path: Path, part: str, seed: int) -> tuple[list[dict], dict]:
     annotations = read_json(path)
     if not isinstance(annotations, list):
         raise ValueError(f"{path}: expected a list of {{image, caption: [...]}} (BLIP's Karpathy test file)")
-    items = [(a["image"], k, c) for a in annotations for k, c in enumerate(a["caption"])]
+    items = [(a["image"], k, c) for a in annotations for k, c in enumerate(a["caption"])][:limit]
     nlp = spacy_pipeline({TAGGER})
     rows, dropped = [], {}
     for (image, k, caption), doc in zip(items, nlp.pipe([c for _, _, c in items], batch_size=256), strict=True):
@@ -202,7 +211,7 @@ def aro_macro(part: str, scored: list[dict]) -> float | None:
     return float(np.mean(accuracies)) if accuracies else None
 
 
-def run_aro(ctx: Context, args) -> dict:
+def run_aro(ctx: Context, args, sink: list) -> dict:
     parts, notes = {}, []
     for part in ARO_PARTS:
         try:
@@ -211,16 +220,16 @@ def run_aro(ctx: Context, args) -> dict:
             notes.append(f"{part}: skipped: {e}")
             continue
         if part.startswith("VG-"):
-            data = read_json(path)
+            data = read_json(path)[:args.limit]
             rows = [{"example_id": f"{part}:{i}", "group": part, "image_path": r["image_path"],
                      **{k: r[k] for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h")},
                      "detail": r["relation_name"] if part == "VG-Relation" else "_".join(r["attributes"][:2]),
                      "options": [r["true_caption"], r["false_caption"]]} for i, r in enumerate(data)]
             images, dropped = path.parent / "images", {}
         else:
-            rows, dropped = order_rows(path, part, ctx.seed)
+            rows, dropped = order_rows(path, part, ctx.seed, args.limit)
             images = path.parent
-        scored, reasons = rank(ctx, images, rows, f"aro {part}")
+        scored, reasons = rank(ctx, images, rows, f"aro {part}", sink)
         figures = summary([r["correct"] for r in scored], ctx)
         figures.update({"rows": len(rows), "skip_reasons": {**dropped, **reasons},
                         "macro_accuracy": aro_macro(part, scored) if part.startswith("VG-") else None})
@@ -230,14 +239,14 @@ def run_aro(ctx: Context, args) -> dict:
     return {"parts": parts, "notes": notes}
 
 
-def vl_checklist_rows(root: Path) -> tuple[list[dict], dict]:
+def vl_checklist_rows(root: Path, limit: int | None = None) -> tuple[list[dict], dict]:
     rows, bad = [], {}
     for path in _vl_checklist_files(root):
         relpath = path.relative_to(root).with_suffix("").as_posix()
         records = read_json(path)
         if not isinstance(records, list):
             raise ValueError(f"{path}: expected VL-CheckList's list of [image_path, {{POS, NEG}}]")
-        for i, record in enumerate(records):
+        for i, record in enumerate(records[:limit]):
             try:
                 image_path, captions = record
                 options = [captions["POS"][0], *captions["NEG"]]
@@ -251,10 +260,10 @@ def vl_checklist_rows(root: Path) -> tuple[list[dict], dict]:
     return rows, bad
 
 
-def run_vl_checklist(ctx: Context, args) -> dict:
+def run_vl_checklist(ctx: Context, args, sink: list) -> dict:
     root = Path(args.vl_checklist_root)
-    rows, bad = vl_checklist_rows(root)
-    scored, reasons = rank(ctx, Path(args.vl_checklist_images or root), rows, "vl_checklist")
+    rows, bad = vl_checklist_rows(root, args.limit)
+    scored, reasons = rank(ctx, Path(args.vl_checklist_images or root), rows, "vl_checklist", sink)
     groups, files = _groups(scored), _groups(scored, "detail")
     present = {r["group"] for r in rows}
     categories = {c: summary(groups.get(c, []), ctx) for c in VL_CHECKLIST_CATEGORIES if c in present}

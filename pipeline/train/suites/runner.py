@@ -116,7 +116,12 @@ def run_suites(args) -> dict:
 
     names, models = args.suite_list, args.model_list
     for model, pretrained in models:
-        evaluate.check_pretrained(model, pretrained)
+        try:
+            evaluate.check_pretrained(model, pretrained)
+        except UsageError as e:
+            if not args.models:  # --model / --pretrained, as the message says
+                raise
+            raise UsageError(f"--models {model}:{pretrained}: {e}") from None
     device = evaluate.resolve_device(args.device)
     skipped = check_suites(names, args)
     out = Path(args.out)
