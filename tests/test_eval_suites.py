@@ -308,9 +308,11 @@ def test_a_missing_root_skips_its_suite_with_one_line_and_the_others_run(roots, 
     ("--models=hardpos-tiny", "--models: 'hardpos-tiny' is not NAME:PRETRAINED"),
     ("--models=NoSuchNet:", "--models NoSuchNet:: --model: unknown open_clip model 'NoSuchNet'"),
     ("--models=hardpos-tiny:/no/such.pt", "--models hardpos-tiny:/no/such.pt: --pretrained: no such file"),
+    ("--tables=swap_eval", "--tables: with --suites or --models, name the sets in --suites"),
 ])
 def test_bad_suite_flags_fail_fast_with_one_line(flag, message, tmp_path, capsys):
-    assert evaluate.main([flag, f"--out={tmp_path / 'out'}"]) == 2
+    extra = ["--suites=swap"] if flag.startswith("--tables") else []
+    assert evaluate.main([flag, *extra, f"--out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {message}") and "\n" not in err
     assert not (tmp_path / "out" / "results.json").exists()

@@ -127,6 +127,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.table_list, args.tables_explicit = list(dict.fromkeys(names)), True
     args.multi = args.suites is not None or args.models is not None
     if args.multi:  # each suite checks its own roots and is skipped, not failed, without them
+        if args.tables_explicit:
+            raise UsageError("--tables: with --suites or --models, name the sets in --suites (replace,swap)")
         from pipeline.train.suites.runner import parse_models, parse_suites
 
         args.suite_list = parse_suites(args.suites or "replace,swap")
