@@ -219,8 +219,6 @@ def test_every_docs_page_starts_with_a_summary():
 def test_docs_links_lead_to_files():
     for path in DOC_FILES:
         for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
-            if target == "docs/evaluation.md" or target == "evaluation.md":
-                continue  # written for issue 29, beside this change
             assert (path.parent / target).is_file(), f"{path.name} links to {target}"
 
 
