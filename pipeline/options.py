@@ -385,7 +385,7 @@ class _HelpFormatter(argparse.HelpFormatter):
             return text
         if action.default is None:
             return text + " (default: not set)"
-        if action.default is False and not action.option_strings[0].startswith("--help"):
+        if action.default is False:
             return text + " (default: off)"
         return text + f" (default: {action.default})"
 

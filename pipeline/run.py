@@ -319,10 +319,10 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
     return read_json(FileSystems.join(staging, REPORT_FILE))
 
 
-def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple[int, str]] | None:
-    """{table: (units it will account for, their name)} where the stage can tell before it runs, for the progress
-    line's done / total and ETA; None on a runner whose workers do not tick to this machine (its counters are
-    polled)."""
+def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple] | None:
+    """{table: (units it will account for, their name[, its prompts])} where the stage can tell before it runs, for
+    the progress line's done / total and ETA; None on a runner whose workers do not tick to this machine (its
+    counters are polled)."""
     if opts.progress_seconds <= 0 or not hasattr(stage, "expected_units") or \
             runner_path(options.view_as(StandardOptions).runner) != LOCAL_RUNNER:
         return None
