@@ -103,7 +103,9 @@ def test_a_killed_run_resumes_without_duplicates_or_gaps(tmp_path, captions_300)
     texts += [p.read_text() for p in (REPO / "prompts").glob("*.txt")]
     model = build_tiny_llama(tmp_path / "slower_llama", texts, hidden=256, layers=4)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    args = llm_args(captions_300, out, cache, model, "--llm_batch_size=8")
+    # 100 of the captions: enough batches of 8 to kill the run after 3 and leave more to generate
+    captions = write_captions_subset(captions_300, tmp_path / "captions_100.json", 100)
+    args = llm_args(captions, out, cache, model, "--llm_batch_size=8")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     cache_files = cache / "hard_positives"

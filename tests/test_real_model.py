@@ -1,5 +1,5 @@
 """The hard-positive stage with a real instruct model: the embedded SmolLM2-135M-Instruct (the default
---llm_engine=transformers --model), on the CPU, in its own chat template, on 30 real COCO captions.
+--llm_engine=transformers --model), on the CPU, in its own chat template, on 12 real COCO captions.
 
 A 135M model accepts few prompts; what is checked is what a real model exercises: every prompt accounted for,
 the chat template around the prompt, a second run answered from the cache, and verdicts a weak model earns.
@@ -22,13 +22,13 @@ WEAK_MODEL_REASONS = {"empty", "truncated", "identical", "prompt_echoed", "more_
 
 @pytest.fixture(scope="module")
 def captions(tmp_path_factory):
-    """30 real captions: val2017's first 30 when ../shared/data is there, else the sample file's."""
+    """12 real captions: val2017's first 12 when ../shared/data is there, else the sample file's."""
     source = REAL_CAPTIONS if REAL_CAPTIONS.is_file() else SAMPLES / "coco" / "captions_sample.json"
     data = json.loads(source.read_text())
     annotations = [a for a in data["annotations"] if isinstance(a, dict) and isinstance(a.get("caption"), str)
-                   and a["caption"].strip()][:30]
+                   and a["caption"].strip()][:12]
     images = {a["image_id"] for a in annotations}
-    path = tmp_path_factory.mktemp("real30") / "captions.json"
+    path = tmp_path_factory.mktemp("real12") / "captions.json"
     path.write_text(json.dumps({"images": [i for i in data["images"] if isinstance(i, dict) and i.get("id") in images],
                                 "annotations": annotations}))
     return path
@@ -48,7 +48,7 @@ def test_every_prompt_is_accounted_for(runs):
     section = report(runs[0])["tables"]["hard_positives"]
     assert section["model"] == "SmolLM2-135M-Instruct" and section["llm_engine"] == "transformers"
     assert section["chat_format"] == "auto" and section["prompt_set"] == "paper"
-    assert section["prompts"] >= 30 and section["prompts_balanced"] and section["balanced"]
+    assert section["prompts"] >= 12 and section["prompts_balanced"] and section["balanced"]
     assert section["prompts"] == section["accepted"] + section["rejected_generations"]
     assert section["generation_calls"] == section["prompts"] - section["shared_prompts"]
 
