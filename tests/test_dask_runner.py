@@ -91,8 +91,8 @@ COCO = "samples/coco/captions_sample.json"  # relative on purpose (see dask_clus
 STAGES = {
     "eval_sets": [f"--vl_checklist_root={VL_SAMPLE.relative_to(SAMPLES.parent)}",
                   f"--aro_vga={ARO_SAMPLE.relative_to(SAMPLES.parent)}"],
-    "train_negatives": [f"--coco_captions={COCO}", "--negative_types=replace,swap,negclip"],
     "order_eval": [f"--coco_captions={COCO}"],
+    # all runs train_negatives with these very flags first, then hard_positives and train_set (no run of its own)
     "all": [f"--coco_captions={COCO}", "--negative_types=replace,swap,negclip", "--llm_engine=replay",
             "--llm_replay=samples/coco/hard_positives_replay.jsonl", "--model=meta-llama/Llama-2-70b-chat-hf"],
 }
