@@ -33,7 +33,7 @@ from pipeline.publish.images import MAX_PIXEL_VALUES
 from pipeline.train import metrics
 from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup
-from pipeline.train.scoring import RowImages, autocast as _autocast, collate, input_dtype
+from pipeline.train.scoring import score_options
 
 TABLES = {"replace_eval": "REPLACE", "swap_eval": "SWAP"}
 TABLE_ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
@@ -43,7 +43,6 @@ PRECISIONS = ("fp32", "fp16", "bf16", "pure_fp16", "pure_bf16", "amp", "amp_bf16
 EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT = ("eval.json", "eval.md", "scores.parquet", "skipped.jsonl",
                                              "accuracy_vs_brittleness.png")
 SKIPPED_IN_JSON = 20  # the first skipped rows are listed in eval.json too; all of them in skipped.jsonl
-PROGRESS_SECONDS = 10.0
 DEFINITIONS = {
     "s": "cosine similarity of the L2-normalised image and text embeddings (no logit scale)",
     "original_accuracy": "fraction of rows with s(c) > s(c_n)",
@@ -210,37 +209,12 @@ def sha256_file(path: str) -> str:
 
 def score_rows(clip, tokenizer, transform, lookup: ImageLookup, rows: list[dict], *, device: str = "cpu",
                precision: str = "fp32", batch_size: int = 64, workers: int = 0, label: str = ""):
-    """([(row position, s_c, s_n, s_p)], [(row position, reason, detail)]) for `rows`, in row order."""
-    import torch
-    import torch.nn.functional as F
-
-    loader = torch.utils.data.DataLoader(RowImages(rows, lookup, transform), batch_size=batch_size,
-                                         num_workers=workers, collate_fn=collate, shuffle=False,
-                                         pin_memory=device == "cuda")
-    scored, skipped = [], []
-    started = last = time.monotonic()
-    clip.eval()
-    with torch.no_grad():
-        for positions, images, skips in loader:
-            skipped += skips
-            if positions:
-                texts = [rows[i][column] for i in positions for column in ("caption", "hard_negative", "hard_positive")]
-                with _autocast(precision, device):
-                    image_emb = clip.encode_image(images.to(device=device, dtype=input_dtype(precision)))
-                    text_emb = clip.encode_text(tokenizer(texts).to(device))
-                image_emb = F.normalize(image_emb.float(), dim=-1)
-                text_emb = F.normalize(text_emb.float(), dim=-1).view(len(positions), 3, -1)
-                scores = torch.einsum("bd,bkd->bk", image_emb, text_emb).cpu().numpy()
-                for i, (s_c, s_n, s_p) in zip(positions, scores.tolist(), strict=True):
-                    if all(np.isfinite((s_c, s_n, s_p))):
-                        scored.append((i, s_c, s_n, s_p))
-                    else:  # fp16 overflow and the like: counted, not fed to the figures
-                        skipped.append((i, "non_finite_score", f"s_c={s_c}, s_n={s_n}, s_p={s_p}"))
-            if time.monotonic() - last >= PROGRESS_SECONDS:
-                last = time.monotonic()
-                done = len(scored) + len(skipped)
-                print(f"{label}: {done}/{len(rows)} rows ({done / (last - started):.1f} rows/s)", file=sys.stderr)
-    return scored, skipped
+    """([(row position, s_c, s_n, s_p)], [(row position, reason, detail)]) for `rows`, in row order: the scorer of
+    the suites (scoring.score_options) with the options c, c_n, c_p."""
+    options = [{**row, "options": [row["caption"], row["hard_negative"], row["hard_positive"]]} for row in rows]
+    scored, skipped = score_options(clip, tokenizer, transform, lookup, options, device=device, precision=precision,
+                                    batch_size=batch_size, workers=workers, label=label)
+    return [(i, s_c, s_n, s_p) for i, (s_c, s_n, s_p) in scored], skipped
 
 
 # --------------------------------------------------------------------------------------------------- figures
