@@ -130,6 +130,13 @@ def test_replace_and_swap_are_the_single_model_evaluators_figures(run, checkpoin
     row = next(line for line in (out / "report.md").read_text().splitlines()
                if line.startswith("| hardpos-tiny / final.pt |"))
     assert row.endswith(cells)
+    # REPLACE three ways: the evaluator's views in results.json, and a table of both models in the report.
+    views = suites[str(checkpoint)]["replace"]["views"]
+    assert views == own["replace_views"] and views["released"]["set"] == own["sets"]["REPLACE"]
+    assert views["held_out"]["status"] == "not_computed" and "records no train table" in views["held_out"]["reason"]
+    section = (out / "report.md").read_text().split("### REPLACE three ways", 1)[1].split("\n\n", 3)
+    assert len(section[1].splitlines()) == 2 + 2 * (3 + 1 + 3)  # per model: 3 released, held_out, 3 strict rows
+    assert section[2].count("held_out: not computed") == 2 and section[2].count("strict: the 5 of 38") == 2
 
 
 # ------------------------------------------------------------------------------------ hand computations

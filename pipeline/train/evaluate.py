@@ -12,6 +12,10 @@ run: replace, swap (the above), sugarcrepe, aro, vl_checklist, imagenet, vtab, c
 each from its own root flag (pipeline/train/suites/); it writes results.json, report.md (Tables 1, 2, 10 and the
 compositionality table) and augmented_vs_brittleness.png instead (see docs/evaluation.md).
 
+REPLACE is also reported three ways (pipeline/train/replace_views.py): every row (released), the rows whose
+substitution the finetuning data never used (held_out: --finetune_table, --finetune_substitutions or the train table
+a checkpoint of ours records) and the rows of the table entries a blind read judged true hard positives (strict).
+
 Writes to --out: eval.json (figures, counts, provenance), eval.md (tables), scores.parquet (one row per scored
 example, so every figure can be recomputed), skipped.jsonl (one line per skipped row) and, when matplotlib
 imports, accuracy_vs_brittleness.png.
@@ -30,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.publish.images import MAX_PIXEL_VALUES
-from pipeline.train import metrics
+from pipeline.train import metrics, replace_views, report
 from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup
 from pipeline.train.scoring import score_options
@@ -91,6 +95,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     suites.add_argument("--vtab_root", help="a folder of clip-benchmark's VTAB WebDataset folders "
                                             "(wds_vtab-cifar10, ...)")
     suites.add_argument("--retrieval_root", help="a folder with clip-benchmark's wds_mscoco_captions and wds_flickr30k")
+    views = parser.add_argument_group(
+        "REPLACE three ways (docs/evaluation.md)",
+        "REPLACE's figures for every row (released), for the rows whose substitution the finetuning data never "
+        "used (held_out) and for the table entries a blind read judged true hard positives (strict). held_out "
+        "needs the finetuning data's substitutions: one of these flags, else the train table a checkpoint of "
+        "pipeline.train.finetune records; without any it is reported as not computed.")
+    views.add_argument("--finetune_table", default=None, metavar="PATH",
+                       help="the train table the model was finetuned on: a folder or glob of its Parquet shards (or "
+                            "a run or published folder); each row's caption -> hard_positive is a substitution")
+    views.add_argument("--finetune_substitutions", default=None, metavar="FILE",
+                       help="the finetuning data's substitutions, one `old -> new` a line (# comments)")
     parser.add_argument("--tables", default=None,
                         help="comma-separated: replace_eval,swap_eval (default: both, whichever exist in --data)")
     parser.add_argument("--split", default=None, help="split to read (default: the table's only split)")
@@ -124,6 +139,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             raise UsageError(f"--tables: unknown table {unknown[0] if unknown else '(none)'}; "
                              f"choose from {', '.join(TABLES)}")
         args.table_list, args.tables_explicit = list(dict.fromkeys(names)), True
+    replace_views.check_flags(args.finetune_table, args.finetune_substitutions)
     args.multi = args.suites is not None or args.models is not None
     if args.multi:  # each suite checks its own roots and is skipped, not failed, without them
         if args.tables_explicit:
@@ -263,6 +279,14 @@ def figures(records: list[dict], n_resamples: int = 1000, seed: int = 0) -> dict
     return out
 
 
+def replace_figures(records: list[dict], n_resamples: int = 1000, seed: int = 0) -> dict:
+    """REPLACE's Table 1 figures (the set and its subsets) of some of its scored rows, by figures() itself: what
+    each REPLACE view reports for the rows it keeps."""
+    f = figures(records, n_resamples, seed)
+    return {"set": f["sets"].get("REPLACE") or metrics.summarize([], [], [], n_resamples, seed),
+            "subsets": {k: g for k, g in f["subsets"].items() if k.startswith("REPLACE-")}}
+
+
 # --------------------------------------------------------------------------------------------------- outputs
 
 def _pct(x) -> str:
@@ -320,6 +344,7 @@ def _sets_then_subsets(result: dict) -> list[tuple[str, dict]]:
 
 def format_markdown(result: dict) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in result["skip_reasons"].items())
+    ci = report.intervals(result["settings"])
     lines = [f"# Evaluation: {model_label(result)}", "",
              f"model `{result['model']}`, pretrained `{result['pretrained'] or '(random init)'}`, "
              f"data `{result['data']}`, images `{result['images']}`; {result['rows']} rows, "
@@ -328,15 +353,16 @@ def format_markdown(result: dict) -> str:
     lines += ["## Table 1: accuracy and brittleness (%)", "", *format_table1([result]), "",
               "Original: s(c) > s(c_n). Augmented: s(c) > s(c_n) and s(c_p) > s(c_n). Brittleness: "
               "s(c) > s(c_n) > s(c_p) or s(c_p) > s(c_n) > s(c). Comparisons are strict: a tied row is never "
-              "correct or brittle.", "",
-              "## Table 2: mean scores and ties", "",
+              "correct or brittle.", ""]
+    if result["replace_views"]:
+        lines += [f"## REPLACE three ways, % with {ci}", "",
+                  *report.replace_three_ways([(model_label(result), result["replace_views"])]), ""]
+    lines += ["## Table 2: mean scores and ties", "",
               "| subset | n | s(c) | s(c_n) | s(c_p) | ties s(c)=s(c_n) | ties s(c_p)=s(c_n) | ties s(c)=s(c_p) |",
               "|---|---|---|---|---|---|---|---|"]
     for name, g in result["subsets"].items():
         lines.append(f"| {name} | {g['n']} | {_score(g['mean_s_c'])} | {_score(g['mean_s_n'])} | "
                      f"{_score(g['mean_s_p'])} | {g['ties']['c_n']} | {g['ties']['p_n']} | {g['ties']['c_p']} |")
-    ci = (f"bootstrap 95% intervals ({result['settings']['bootstrap']} resamples, seed {result['settings']['seed']})"
-          if result["settings"]["bootstrap"] else "no intervals (--bootstrap=0)")
     lines += ["", f"## Per set and subset, % with {ci}", "",
               *_group_rows([([k], g) for k, g in _sets_then_subsets(result)], ["group"])]
     if result["categories"]:
@@ -423,6 +449,9 @@ def evaluate(args, loaded=None) -> dict:
     check_pretrained(args.model, args.pretrained)
     device = resolve_device(args.device)
     tables, notes = load_rows(args)
+    # Before any scoring: the finetuning table is read (and a bad one refused) while nothing is spent yet.
+    held_out = replace_views.held_out(args.finetune_table, args.finetune_substitutions, args.pretrained) \
+        if "replace_eval" in tables else None
     clip, transform, tokenizer = loaded or load_model(args.model, args.pretrained, device, args.precision, args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -466,6 +495,10 @@ def evaluate(args, loaded=None) -> dict:
         "skip_reasons": dict(sorted(all_reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         "tables": per_table,
         **figures(records, args.bootstrap, args.seed),
+        "replace_views": None if held_out is None else replace_views.compute(
+            records, {"released": replace_views.RELEASED, "held_out": held_out,
+                      "strict": replace_views.strict(per_table["replace_eval"]["table_sha256"])},
+            lambda kept: replace_figures(kept, args.bootstrap, args.seed)),
         "skipped_rows": skipped_rows[:SKIPPED_IN_JSON],
         "notes": notes,
     }
@@ -495,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("\n".join(format_table1([result])))
+    if result["replace_views"]:
+        print("REPLACE three ways:")
+        print("\n".join(report.replace_three_ways([(model_label(result), result["replace_views"])])))
     for note in result["notes"]:
         print(f"note: {note}")
     print(f"{result['scored']} of {result['rows']} rows scored, {result['skipped']} skipped; "
@@ -507,11 +543,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def main_suites(args, started: float) -> int:
     """The multi-suite run: prints Table 1 and Table 10, the skipped suites, where the results are."""
-    from pipeline.train import report
     from pipeline.train.suites.runner import RESULTS_JSON, run_suites
 
     result = run_suites(args)
     print("\n".join(report.table1(result)))
+    section = report.replace_three_ways_section(result)
+    if section:
+        print("\n".join(section).rstrip())
     print("\n".join(report.table10(result)))
     print("\n".join(report.compositionality(result)[0]))
     for note in result["notes"]:

@@ -1,7 +1,8 @@
 """The multi-suite run's Markdown report and plot, in the paper's layouts (from results.json's content):
 
 - Table 1: per model, Original / Augmented (its drop from Original in brackets) / Brittleness for
-  REPLACE-Relation, REPLACE-Attribute and SWAP, then the same figures with their bootstrap 95% intervals;
+  REPLACE-Relation, REPLACE-Attribute and SWAP, then the same figures with their bootstrap 95% intervals, then
+  REPLACE three ways (released, held_out, strict: pipeline/train/replace_views.py);
 - Table 2: mean s(c), s(c_n), s(c_p) per subset;
 - Table 10 (Appendix E): ImageNet Acc@1/@5, VTAB mean Acc@1, COCO and Flickr30k image and text Recall@1, with
   the VTAB tasks one by one;
@@ -12,6 +13,8 @@ A suite that did not run for a model is a "–" cell, and its reason is listed u
 from __future__ import annotations
 
 from pathlib import Path
+
+from pipeline.train import replace_views as views
 
 HARDPOS_SUBSETS = (("replace", "REPLACE-Relation"), ("replace", "REPLACE-Attribute"), ("swap", "SWAP"))
 DASH = "–"
@@ -85,6 +88,26 @@ def table1_intervals(result: dict) -> list[str]:
                              _ci(g["augmented_accuracy"], g["augmented_ci95"]),
                              _ci(g["brittleness"], g["brittleness_ci95"])])
     return _table(["model", "subset", "n", "Original", "Augmented", "Brittleness"], rows)
+
+
+def replace_three_ways(labelled: list[tuple[str, dict]]) -> list[str]:
+    """REPLACE three ways for (model label, its replace_views): per view and group (REPLACE, then its subsets) the
+    rows kept and the three Table 1 figures with their intervals; then per model what held_out and strict were
+    filtered against, or why held_out was not computed."""
+    rows, lines = [], []
+    for label, by_view in labelled:
+        for name, v in by_view.items():
+            if v["status"] != "ok":
+                rows.append([label, name, "REPLACE", f"not computed (of {v['of']:,})"] + [DASH] * 3)
+                continue
+            for group, g in [("REPLACE", v["set"]), *v["subsets"].items()]:
+                kept = f"{v['rows']:,} of {v['of']:,}" if group == "REPLACE" else f"{g['n']:,}"
+                rows.append([label, f"{name} (stale)" if v.get("stale") else name, group, kept,
+                             _ci(g["original_accuracy"], g["original_ci95"]),
+                             _ci(g["augmented_accuracy"], g["augmented_ci95"]),
+                             _ci(g["brittleness"], g["brittleness_ci95"])])
+        lines += [f"- {label}: {note}" for note in views.notes(by_view)]
+    return _table(["model", "view", "group", "rows", "Original", "Augmented", "Brittleness"], rows) + ["", *lines]
 
 
 def table2(result: dict) -> list[str]:
@@ -181,10 +204,23 @@ def not_run(result: dict) -> list[str]:
     return lines
 
 
+def intervals(settings: dict) -> str:
+    """How the figures' intervals were drawn, for the tables' titles."""
+    return (f"bootstrap 95% intervals ({settings['bootstrap']} resamples, seed {settings['seed']})"
+            if settings["bootstrap"] else "no intervals (--bootstrap=0)")
+
+
+def replace_three_ways_section(result: dict) -> list[str]:
+    """The REPLACE three ways table of every model whose replace suite ran (none: no lines)."""
+    labelled = [(model_label(m), s["views"]) for m in result["models"] if (s := _ok(m, "replace")) and s.get("views")]
+    if not labelled:
+        return []
+    return [f"### REPLACE three ways, with {intervals(result['settings'])}", "", *replace_three_ways(labelled), ""]
+
+
 def format_report(result: dict) -> str:
     s = result["settings"]
-    ci = (f"bootstrap 95% intervals ({s['bootstrap']} resamples, seed {s['seed']})" if s["bootstrap"]
-          else "no intervals (--bootstrap=0)")
+    ci = intervals(s)
     lines = ["# Evaluation report", "",
              f"{len(result['models'])} model(s): " + ", ".join(f"`{model_label(m)}`" for m in result["models"])
              + f"; suites: {', '.join(result['suites'])}; device {s['device']}, precision {s['precision']}.", ""]
@@ -194,7 +230,7 @@ def format_report(result: dict) -> str:
     lines += ["## Table 1: REPLACE and SWAP (%)", "", *table1(result), "",
               "Original: s(c) > s(c_n). Augmented: s(c) > s(c_n) and s(c_p) > s(c_n), its change from Original in "
               "brackets. Brittleness: s(c) > s(c_n) > s(c_p) or s(c_p) > s(c_n) > s(c).", "",
-              f"With {ci}:", "", *table1_intervals(result), "",
+              f"With {ci}:", "", *table1_intervals(result), "", *replace_three_ways_section(result),
               "## Table 2: mean scores", "", *table2(result), "",
               "## Table 10: standard evaluations (%)", "", *table10(result), ""]
     tasks = vtab_tasks(result)

@@ -44,5 +44,6 @@ def run_sets(names: list[str], ctx: Context, args) -> dict[str, dict]:
         figures[name] = {"set": result["sets"][label],
                          "subsets": {k: v for k, v in result["subsets"].items() if k.split("-")[0] == label},
                          "table": result["tables"][TABLE_OF[name]],
+                         **({"views": result["replace_views"]} if name == "replace" else {}),
                          "outputs": str(out.relative_to(ctx.out.parent))}
     return figures

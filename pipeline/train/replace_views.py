@@ -1,0 +1,245 @@
+"""REPLACE three ways: which scored REPLACE rows each view keeps, and what it was filtered against.
+
+- released: every row.
+- held_out: the rows whose substitution (replaced_from -> replaced_to) the finetuning data never used. A model
+  finetuned on captions rewritten with the very substitutions REPLACE tests (sitting -> seated, ...) can gain on
+  REPLACE by learning those word pairs, which says nothing of composition. The finetuning substitutions come from
+  --finetune_table (the train table's shards: each row's caption -> hard_positive changed span), from
+  --finetune_substitutions (a file of `old -> new` lines), or else from the train table a checkpoint of our
+  finetune run records it read. Compared as pipeline.perturb.substitution keys, in either direction, so
+  "sits -> is seated" in training reaches the REPLACE entry "sitting -> seated".
+- strict: the rows of the table entries (subset, category, from, to) a blind read judged true hard positives
+  (data/replace_strict_pairs.json, made by benchmarks/replace_strict.py); marked stale when the table it read is
+  not the one the rows were built from.
+
+The views are row filters: evaluate.py computes each view's figures with the same figures() over the rows kept.
+Plain Python and pyarrow (torch only to read what a checkpoint records), so the evaluator needs no Beam or spaCy.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from pipeline.perturb import substitution
+from pipeline.train.clip import UsageError
+
+STRICT_PAIRS = Path(__file__).resolve().parent / "suites" / "data" / "replace_strict_pairs.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class View:
+    """A row filter, or None with the reason it could not be built; `info` says what it filtered against."""
+    keep: Callable[[dict], bool] | None
+    info: dict = field(default_factory=dict)
+
+
+RELEASED = View(lambda row: True)
+
+
+def _shown(path: Path) -> str:
+    """A path as the results name it: relative to the repository when inside it (same on every machine)."""
+    path = Path(path).resolve()
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------- held out
+
+def read_substitution_file(path: str) -> list[tuple[str, str]]:
+    """The `old -> new` lines of --finetune_substitutions (text after # is a comment; blank lines skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--finetune_substitutions: cannot read {path} ({e.strerror or e})") from None
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        old, arrow, new = (part.strip() for part in line.partition("->"))
+        if not (arrow and old and new):
+            raise UsageError(f"--finetune_substitutions: {path}:{number}: {line!r} is not `old -> new`")
+        pairs.append((old, new))
+    return pairs
+
+
+def train_shards(location: str) -> list[str]:
+    """The train table's Parquet shards: a glob, a folder of shards, a run folder (train/) or a published folder
+    (data/train/)."""
+    path = Path(location)
+    if not path.is_dir():
+        return sorted(p for p in glob.glob(location) if p.endswith(".parquet") and Path(p).is_file())
+    for folder in (path, path / "train", path / "data" / "train"):
+        shards = sorted(str(p) for p in folder.glob("*.parquet"))
+        if shards:
+            return shards
+    return []
+
+
+@cache
+def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | None = None,
+                        negative_types: frozenset | None = None) -> frozenset[tuple[str, str]]:
+    """Every caption -> hard_positive changed span of the shards' rows (those of the type filters when given).
+    Cached: a multi-model run reads the table once. ValueError (one line) for an unreadable shard."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = {"positive_type": positive_types, "negative_type": negative_types}
+    columns = ["caption", "hard_positive"] + [c for c, types in wanted.items() if types is not None]
+    spans = set()
+    for shard in shards:
+        try:
+            table = pq.read_table(shard, columns=columns).to_pydict()
+        except (OSError, pa.ArrowException) as e:
+            raise ValueError(f"{shard}: {str(e).splitlines()[0]}") from None
+        for k, (caption, positive) in enumerate(zip(table["caption"], table["hard_positive"], strict=True)):
+            if caption and positive and all(types is None or table[c][k] in types for c, types in wanted.items()):
+                span = substitution.changed_span(caption, positive)
+                if span:
+                    spans.add(span)
+    return frozenset(spans)
+
+
+def recorded_train_table(pretrained: str | None) -> tuple[str, dict] | str:
+    """(the train table folder, the finetune run's args) that a checkpoint of ours records it was trained on
+    (a WiSE-FT patched checkpoint: its finetuned checkpoint's), or why there is none here."""
+    if not pretrained or not Path(pretrained).is_file():
+        return f"--pretrained={pretrained or '(random init)'} is not a checkpoint file that records its train table"
+    import torch
+
+    path = pretrained
+    for _ in range(2):  # a patched checkpoint names the finetuned one, which holds the run's args
+        try:  # mmap: only the pickled metadata is read, not the weights
+            state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        except (RuntimeError, OSError, ValueError) as e:
+            return f"cannot read what checkpoint {path} records ({type(e).__name__})"
+        if not isinstance(state, dict) or "finetuned" not in state or "args" in state:
+            break
+        path = state["finetuned"]
+        if not Path(path).is_file():
+            return f"the finetuned checkpoint {path} that {pretrained} was patched from is not here"
+    args = state.get("args") if isinstance(state, dict) else None
+    if not isinstance(args, dict) or not args.get("data"):
+        return f"checkpoint {path} records no train table (not a checkpoint of pipeline.train.finetune)"
+    if not Path(args["data"]).is_dir():
+        return (f"the train table checkpoint {path} records, {args['data']}, is not a folder here (a Hub repo is "
+                f"not downloaded for this: give --finetune_table)")
+    return args["data"], args
+
+
+def check_flags(finetune_table: str | None, finetune_substitutions: str | None) -> None:
+    """Fail fast, before any model loads: --finetune_table names shards, --finetune_substitutions parses."""
+    if finetune_table and not train_shards(finetune_table):
+        raise UsageError(f"--finetune_table: no Parquet shard at {finetune_table}")
+    if finetune_substitutions:
+        read_substitution_file(finetune_substitutions)
+
+
+def held_out(finetune_table: str | None, finetune_substitutions: str | None, pretrained: str | None) -> View:
+    """The held_out view from the flags, else from what the checkpoint records; keep=None (with the reason)
+    when there is no source. A bad flag is a UsageError naming it."""
+    from pipeline.train.data import type_filter
+
+    check_flags(finetune_table, finetune_substitutions)
+    pairs, sources = set(), []
+    if finetune_table:
+        shards = train_shards(finetune_table)
+        try:
+            pairs |= table_substitutions(tuple(shards))
+        except ValueError as e:
+            raise UsageError(f"--finetune_table: {e}") from None
+        sources.append(f"--finetune_table={finetune_table} ({len(shards)} shards)")
+    if finetune_substitutions:
+        pairs |= set(read_substitution_file(finetune_substitutions))
+        sources.append(f"--finetune_substitutions={finetune_substitutions}")
+    if not sources:
+        recorded = recorded_train_table(pretrained)
+        if isinstance(recorded, str):
+            return View(None, {"reason": f"no finetuning substitutions: --finetune_table and "
+                                         f"--finetune_substitutions not given, and {recorded}"})
+        folder, args = recorded
+        shards = train_shards(folder)
+        if not shards:
+            return View(None, {"reason": f"no Parquet shard in {folder}, the train table the checkpoint records"})
+        filters = [type_filter(f"--{name}", args.get(name) or "all") for name in ("positive_types", "negative_types")]
+        try:
+            pairs |= table_substitutions(tuple(shards), *(None if f is None else frozenset(f) for f in filters))
+        except ValueError as e:
+            return View(None, {"reason": f"the train table the checkpoint records is unreadable: {e}"})
+        types = ", ".join(f"{n}={args.get(n) or 'all'}" for n in ("positive_types", "negative_types"))
+        sources.append(f"the train table the checkpoint records: {folder} ({len(shards)} shards; {types})")
+    keys = substitution.either_way(pairs)
+    return View(lambda row: substitution.key(row["replaced_from"], row["replaced_to"]) not in keys,
+                {"source": "; ".join(sources), "substitutions": len(pairs)})
+
+
+# --------------------------------------------------------------------------------------------------- strict
+
+def strict(row_table_sha256: list[str] = (), pairs_path: Path | None = None,
+           table_path: Path | None = None) -> View:
+    """The strict view: rows of the entries judged true (pairs_path, default STRICT_PAIRS). Stale (still
+    computed) when the read's table_sha256 is not the sha256 of the REPLACE table file (table_path, default the
+    one eval_sets reads), or not the one the evaluated rows record."""
+    pairs_path, table_path = pairs_path or STRICT_PAIRS, table_path or substitution.REPLACE_TABLE
+    read = json.loads(Path(pairs_path).read_text(encoding="utf-8"))
+    entries = frozenset((p["subset"], p["category"], p["from"], p["to"]) for p in read["pairs"]
+                        if p["true_hard_positive"])
+    read_sha, table_sha = read["table_sha256"], _sha256(table_path)
+    stale = []
+    if read_sha != table_sha:
+        stale.append(f"its table_sha256 {read_sha[:12]}… is not the sha256 of {_shown(table_path)} "
+                     f"({table_sha[:12]}…)")
+    other = sorted(set(row_table_sha256) - {read_sha})
+    if other:
+        shas = ", ".join(f"{sha[:12]}…" for sha in other)
+        stale.append(f"the REPLACE rows were built from another table (sha256 {shas})")
+    info = {"pairs_file": _shown(pairs_path), "entries_read": len(read["pairs"]), "true_entries": len(entries),
+            "table_sha256": read_sha, "replace_table": _shown(table_path), "replace_table_sha256": table_sha,
+            "table_sha256_matches": read_sha == table_sha, "stale": bool(stale),
+            "stale_reason": "; ".join(stale) or None}
+    return View(lambda row: (row["subset"], row["category"], row["replaced_from"], row["replaced_to"]) in entries,
+                info)
+
+
+def compute(records: list[dict], views: dict[str, View], figures_of: Callable[[list[dict]], dict]) -> dict:
+    """view -> its status, the rows it keeps of the scored REPLACE rows, what it filtered against and
+    figures_of(the rows kept); held_out also lists the REPLACE pairs it left out."""
+    replace = [r for r in records if r["table"] == "replace_eval"]
+    out = {}
+    for name, view in views.items():
+        if view.keep is None:
+            out[name] = {"status": "not_computed", "of": len(replace), **view.info}
+            continue
+        kept = [r for r in replace if view.keep(r)]
+        out[name] = {"status": "ok", "rows": len(kept), "of": len(replace), **view.info, **figures_of(kept)}
+        if name == "held_out":
+            out[name]["left_out"] = sorted({f"{r['replaced_from']} -> {r['replaced_to']}" for r in replace
+                                            if not view.keep(r)})
+    return out
+
+
+def notes(replace_views: dict) -> list[str]:
+    """One line per view that is not plain: what held_out was filtered against (or why it was not computed),
+    what strict read and whether its table matches."""
+    lines = []
+    h = replace_views["held_out"]
+    if h["status"] == "ok":
+        lines.append(f"held_out: rows whose substitution is none of the {h['substitutions']:,} substitutions of "
+                     f"{h['source']}, either direction; left out: {', '.join(h['left_out']) or 'none'}")
+    else:
+        lines.append(f"held_out: not computed: {h['reason']}")
+    s = replace_views["strict"]
+    check = (f"STALE: {s['stale_reason']}" if s["stale"] else
+             f"its table_sha256 matches {s['replace_table']}")
+    lines.append(f"strict: the {s['true_entries']} of {s['entries_read']} REPLACE table entries a blind read judged "
+                 f"true hard positives ({s['pairs_file']}); {check}")
+    return lines
