@@ -8,11 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipeline.checks.separability import separate
 from pipeline.publish.layout import PublishError, find_tables
 from pipeline.publish.load import load_table
 from pipeline.publish.upload import UploadError, upload
 from pipeline.run import main
-from tests.conftest import PROGRESS_LINE, SAMPLES, eval_sets_args, report, run_cli
+from tests.conftest import PROGRESS_LINE, SAMPLES, eval_sets_args, report, rows_of, run_cli
 
 REPLAY = SAMPLES / "coco" / "hard_positives_replay.jsonl"
 CAPTIONS = SAMPLES / "coco" / "captions_sample.json"
@@ -75,6 +76,28 @@ def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
     assert train["rows"] >= 0.6 * (train["read"] - train["rejected"])
 
 
+def test_the_train_report_says_how_well_a_text_only_model_separates_its_texts(release):
+    out, done = release
+    train = report(out / "all")["tables"]["train"]
+    figures = train["separability"]
+    rows = rows_of(out / "all", "train")
+    types = {"by_positive_type": {r["positive_type"] for r in rows},
+             "by_negative_type": {r["negative_type"] for r in rows}}
+    for name in ("p_vs_n", "c_vs_p", "c_vs_n"):
+        assert figures[name]["pairs"] == train["rows"] == len(rows)
+        for by, seen in types.items():
+            assert set(figures[name][by]) == seen and sum(f["pairs"] for f in figures[name][by].values()) == len(rows)
+    assert figures["classifier"]["folds"] == 5 and figures["classifier"]["seed"] == 0
+    # the stage's combine and side input give what the module gives on the rows as written
+    assert figures == separate(rows, 0)
+    line = next(line for line in done.stdout.splitlines() if "text-only separability" in line)
+    assert re.fullmatch(r"  train text-only separability \(chance 50%\): P vs N [\d.]+%, C vs P [\d.]+%, "
+                        r"C vs N [\d.]+%", line), line
+    markdown = (out / "all" / "report.md").read_text()
+    assert "**train, text-only separability**" in markdown
+    assert f"| all | {len(rows):,} | {figures['p_vs_n']['accuracy']:.1%} | " in markdown
+
+
 def test_progress_lines_come_while_rows_are_still_arriving(release):
     _, done = release
     totals = [sum(int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]*) rows", line))
@@ -115,6 +138,10 @@ def test_dry_run_prints_plan_and_a_card_whose_yaml_covers_every_table(published,
     assert (hub / "README.md").read_text() == card
     assert "license: other" in front and "@inproceedings{kamath2024hard" in card
     assert "hand-written-sample" in card and "prompt <code>replace</code>" in card
+    figures = report(out / "all")["tables"]["train"]["separability"]
+    assert (f"- text-only separability ({figures['p_vs_n']['pairs']:,} rows): P vs N "
+            f"{figures['p_vs_n']['accuracy']:.1%}, C vs P {figures['c_vs_p']['accuracy']:.1%}") in card
+    assert card.count("text-only separability") == 1 and "Chance is 50%" in card
     assert "nothing uploaded" in printed
 
 

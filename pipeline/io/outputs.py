@@ -57,15 +57,18 @@ class WriteTableOutputs(beam.PTransform):
     optionally "emitted" (the source_file of each record that gave rows) where a record gives several rows.
     Writes <output_dir>/<table>/<split>-*.parquet against schemas/<schema>.json and
     <output_dir>/{rejected,discarded}/<table>-*.parquet against schemas/dead_letters.json.
+    `row_counts`, when given, is a PTransform from the rows the sink writes (those that passed the schema check)
+    to more (count key, n) pairs: a figure of the table as written (train_set's separability).
     """
 
     def __init__(self, stage: str, table: str, schema: str, output_dir: str, rows_per_shard: int,
-                 group: Callable[[dict], tuple] | None = None):
+                 group: Callable[[dict], tuple] | None = None, row_counts: beam.PTransform | None = None):
         super().__init__()
         self.stage, self.table, self.output_dir = stage, table, output_dir
         self.schema = load_schema(schema)
         self.rows_per_shard = rows_per_shard
         self.group = group
+        self.row_counts = row_counts
 
     def expand(self, inputs):
         checked = inputs["rows"] | "CheckSchema" >> beam.ParDo(
@@ -78,6 +81,8 @@ class WriteTableOutputs(beam.PTransform):
             checked.rows | "CountRows" >> beam.FlatMap(_count_rows, self.table, self.group),
             written | "CountShards" >> beam.FlatMap(_count_shard, self.table, "shard"),
         ]
+        if self.row_counts is not None:
+            counts.append(checked.rows | "CountWrittenRows" >> self.row_counts)
         if "emitted" in inputs:
             _ = inputs["emitted"] | "ProgressEmitted" >> beam.ParDo(Tick(self.table, "emitted"))
             counts.append(

@@ -9,6 +9,9 @@ Every count is a key tuple in one of these forms (t = table name):
   ("shard", t, path)                 rows the sink wrote to one Parquet file of the table
   ("dead_letter_shard", t, path)     rows written to one dead-letter Parquet file of the table
   ("sha256", t, path, digest)        the sha256 of a Parquet file as written (publish and load_table check it)
+  ("separability", t, comparison, positive_type, negative_type, outcome)
+                                     written train rows per outcome (correct, tie, wrong) of a text-only
+                                     classifier's pairwise choice (pipeline/checks/separability.py)
 so that read = rows (or emitted) + discarded + rejected can be checked per file from independent counts.
 """
 from __future__ import annotations
@@ -139,6 +142,8 @@ def format_summary(report: dict) -> str:
             if t[kind]:
                 top = ", ".join(f"{r} {n}" for r, n in list(t[kind].items())[:6])
                 lines.append(f"  {name} {kind.replace('_', ' ')}: {top}")
+        if t.get("separability"):
+            lines.append(f"  {name} text-only separability (chance 50%): {separability_line(t['separability'])}")
     return "\n".join(lines)
 
 
@@ -156,4 +161,37 @@ def format_markdown(report: dict) -> str:
             if t.get(kind):
                 lines += ["", f"**{name}, {kind.replace('_', ' ')}**", "", "| reason | count |", "|---|---:|"]
                 lines += [f"| {reason} | {n:,} |" for reason, n in t[kind].items()]
+        if t.get("separability"):
+            lines += ["", *separability_markdown(name, t["separability"])]
     return "\n".join(lines) + "\n"
+
+
+def separability_markdown(table: str, section: dict) -> list[str]:
+    """A table's separability figures: accuracy of each pairwise choice, overall and per type of the rows."""
+    comparisons = _comparisons(section)
+    lines = [f"**{table}, text-only separability** ({section['classifier']['model'].split(',')[0]}, "
+             f"{section['classifier']['folds']} folds by image, seed {section['classifier']['seed']}; chance is 50%, "
+             "a high P vs N means the positive can be told from the negative without the image)", "",
+             "| rows | pairs | " + " | ".join(c["label"] for c in comparisons) + " |",
+             "|---|---:|" + "---:|" * len(comparisons)]
+    first = comparisons[0]
+    lines.append(f"| all | {first['pairs']:,} | " + " | ".join(_percent(c["accuracy"]) for c in comparisons) + " |")
+    for by, field in (("by_positive_type", "positive_type"), ("by_negative_type", "negative_type")):
+        for value, figures in first[by].items():
+            cells = [_percent(c[by][value]["accuracy"]) for c in comparisons]
+            lines.append(f"| {field} {value} | {figures['pairs']:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def separability_line(section: dict) -> str:
+    """'P vs N 92.4%, C vs P 89.7%, C vs N 67.0%' of a separability section."""
+    return ", ".join(f"{c['label']} {_percent(c['accuracy'])}" for c in _comparisons(section))
+
+
+def _comparisons(section: dict) -> list[dict]:
+    """The figures of each comparison of a separability section (the classifier's description aside)."""
+    return [figures for name, figures in section.items() if name != "classifier"]
+
+
+def _percent(accuracy: float | None) -> str:
+    return "n/a" if accuracy is None else f"{accuracy:.1%}"

@@ -12,7 +12,7 @@ import pyarrow as pa
 import yaml
 
 from pipeline.io.parquet import VERIFY_PAGES, read_table
-from pipeline.io.report import REPORT_FILE
+from pipeline.io.report import REPORT_FILE, separability_line
 from pipeline.publish.layout import Table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
@@ -183,6 +183,19 @@ def _md_counts(counter: Counter, limit: int = 25) -> str:
     return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
 
 
+def _separability(section: dict) -> list[str]:
+    """The train table's shortcut figures (report.json's separability section) and what they mean."""
+    classifier = section["classifier"]
+    by_type = ", ".join(f"{t} {f['accuracy']:.1%}" for t, f in section["p_vs_n"]["by_positive_type"].items()
+                        if f["accuracy"] is not None)
+    return [f"- text-only separability ({section['p_vs_n']['pairs']:,} rows): {separability_line(section)}"
+            + (f"; P vs N per `positive_type`: {by_type}" if by_type else ""),
+            f"  - A bag-of-words naive Bayes that never sees the image ({classifier['folds']} folds by image, seed "
+            f"{classifier['seed']}) picks c_p out of (c_p, c_n) (P vs N), c_p out of (c, c_p) (C vs P) and c_n out "
+            "of (c, c_n) (C vs N). Chance is 50%: a high P vs N means a model can tell the positive from the "
+            "negative without the image, a shortcut that training on this table can teach in place of looking."]
+
+
 def _description(table: Table) -> str:
     meta = table.schema.metadata or {}
     from pipeline.io.schema import load_schema
@@ -312,6 +325,8 @@ def render(tables: list[Table], repo_id: str) -> str:
             per_type = ", ".join(f"{k} {v['accepted']:,} accepted of {v['prompts']:,} prompts"
                                  for k, v in section["positive_types"].items())
             lines.append(f"- LLM answers: {per_type}")
+        if section.get("separability"):
+            lines += _separability(section["separability"])
         lines.append("")
     lines += ["## Columns", ""]
     for t in tables:

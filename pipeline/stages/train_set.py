@@ -4,13 +4,20 @@ Read from the hard_positives and train_negatives tables on disk (in --stage=all,
 committed). The positive is the first of --positive_types the caption has, the
 negative the first of --negative_types (its negative 0). A caption with neither, or only one, is a discarded
 dead letter with the reason, so read = rows + discarded + rejected holds per captions file.
+
+The rows written are scored for the shortcut they offer (pipeline/checks/separability.py): how often a text-only
+bag-of-words model picks the positive out of (positive, negative), and each out of its caption; the report's
+"separability" section.
 """
 from __future__ import annotations
+
+import functools
 
 import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.checks import separability
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.parquet import VERIFY_PAGES
@@ -78,6 +85,53 @@ class _Join(beam.DoFn):
                 "negative_generator": negative.get("generator") or f"{negative['negative_type']}/{negative['model']}",
                 "seed": negative.get("seed", self.seed),
             }
+
+
+class _CountWords(beam.CombineFn):
+    """Train rows -> the separability classifier's fold models (word counts per fold and class)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def create_accumulator(self):
+        return separability.WordCounts(self.seed)
+
+    def add_input(self, counts, row):
+        return counts.add(row)
+
+    def merge_accumulators(self, accumulators):
+        return functools.reduce(separability.WordCounts.merge, accumulators)
+
+    def extract_output(self, counts):
+        return counts.model()
+
+
+SEPARABILITY = "separability"
+
+
+def _separability_counts(row: dict, model: separability.SeparabilityModel):
+    for name, outcome in model.outcomes(row).items():
+        yield (SEPARABILITY, TABLE, name, row["positive_type"], row["negative_type"], outcome), 1
+
+
+class Separability(beam.PTransform):
+    """Written train rows -> (("separability", table, comparison, positive_type, negative_type, outcome), 1):
+    a first pass counts the words of every row (a global combine), the fold models it makes go to a second
+    pass as a side input, and that pass scores each row with the model that did not train on its fold."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = seed
+
+    def expand(self, rows):
+        model = rows | "CountWords" >> beam.CombineGlobally(_CountWords(self.seed))
+        return rows | "ScorePairs" >> beam.FlatMap(_separability_counts, beam.pvalue.AsSingleton(model))
+
+
+def separability_section(counts: dict, seed: int) -> dict:
+    """The report's separability figures from the stage's count keys."""
+    cells = {key[2:]: n for key, n in counts.items() if key[0] == SEPARABILITY and key[1] == TABLE}
+    return separability.summary(cells, seed)
 
 
 def _table_pattern(folder: str, table: str) -> str:
@@ -159,7 +213,8 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
         DISCARDED, JOINED_COUNTS, main="rows")
     written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
-                                          group=lambda r: (r["positive_type"], r["negative_type"]))
+                                          group=lambda r: (r["positive_type"], r["negative_type"]),
+                                          row_counts=Separability(opts.seed))
     sent = [pcoll | f"CountSent{side.title()}" >> beam.Map(lambda _, s: (("join_sent", TABLE, s), 1), side)
             for side, pcoll in zip(JOINED, (read["records"], positives, negatives))]
     return (written, built[JOINED_COUNTS], *sent) | "TrainCounts" >> beam.Flatten()
@@ -178,4 +233,5 @@ def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section["texts"] = 3 * section["rows"]
     section["positive_types"] = hard_positives.positive_types(opts)
     section["negative_types"] = train_negatives.negative_types(opts)
+    section[SEPARABILITY] = separability_section(counts, opts.seed)
     return {TABLE: section}
