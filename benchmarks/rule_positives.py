@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.sources.coco import load_captions_file  # noqa: E402
 
-TYPES = ("rule_replace", "rule_swap")
-SAMPLE_SEED, SAMPLE_SIZE, PER_TYPE, CONTROLS = 2031, 3000, 100, 30
+TYPES = ("rule_replace", "rule_swap", "rule_clause")
+SAMPLE_SEED, SAMPLE_SIZE, PER_TYPE, CONTROLS = 2033, 4000, 100, 30
 LABELS = ("fluent", "same_meaning", "minimal")
 TARGET = 0.90
 JUDGED = REPO / "benchmarks" / "judged"

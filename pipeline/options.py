@@ -153,9 +153,20 @@ def _flags_hard_positives(group) -> None:
                        help="Hard positives to make: the rules rule_replace (a true synonym from "
                             "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
                             "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
-                            "replace_preposition (--llm_engine). Default: rule_replace,rule_swap, or "
-                            "replace,swap,rule_replace,rule_swap when --llm_engine is given. For train_set: "
-                            "the order of preference (default: the LLM's types, then the rules).")
+                            "replace_preposition (--llm_engine); rule_clause (the caption's verb in "
+                            "another form that means the same: 'is riding' <-> 'rides'). Default: "
+                            "rule_replace,rule_swap,rule_clause, or replace,swap and those when "
+                            "--llm_engine is given. For train_set: the order of preference (default: the LLM's "
+                            "types, then the rules).")
+    group.add_argument("--allow_eval_substitutions", action="store_true",
+                       help="Let the rule positives use the substitutions of the REPLACE evaluation set "
+                            "(pipeline/perturb/data/replace_table.json, either direction: 'sitting' -> 'seated', "
+                            "'large' <-> 'big'). Default: held out, so that a model finetuned on the table "
+                            "gains nothing on REPLACE from the word list; the report counts what was left out.")
+    group.add_argument("--max_substitution_share", type=float_in(0, 1, above_low=True), default=0.025,
+                       help="Rule positives: the most a single substitution (e.g. man -> guy, any inflection) "
+                            "may make of a rule type's rows; captions where it is the only one left over it "
+                            "are drawn at random (seeded). 1 turns the cap off.")
     group.add_argument("--llm_engine", default=None, choices=("vllm", "openai", "transformers", "replay"),
                        help="transformers (HF generate, CPU or GPU; used when an LLM type is asked for and no "
                             "engine is named, with the embedded SmolLM2-135M-Instruct when --model is not "

@@ -24,6 +24,8 @@ ANIMATE = frozenset({"noun.person", "noun.animal"})
 PERSONAL_PRONOUNS = frozenset("i you he she we they someone somebody everyone".split())
 TAKE = frozenset({"take", "takes", "taking", "took", "taken"})
 PHYSICAL = frozenset(f"noun.{n}" for n in "artifact animal person food plant object body substance location".split())
+# What one is under only in a fixed phrase ("under the sun", "under the stars": not "underneath the sun").
+SKY = frozenset({"sun", "sky", "skies", "moon", "stars", "sunshine", "moonlight"})
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def _plural(inflector, phrase: str) -> str:
 
 
 def replace_positives(doc, table: SynonymTable, lexicon) -> list[Candidate]:
-    """Every valid replacement by a table synonym in the caption, in caption order (one per place)."""
+    """Every valid replacement by a table synonym in the caption, in caption order."""
     caption = doc.text
     found, texts = [], set()
     lowers = [t.lower_ for t in doc]
@@ -85,10 +87,9 @@ def replace_positives(doc, table: SynonymTable, lexicon) -> list[Candidate]:
             if tuple(lowers[i:end]) != form.words or not _fits(doc, i, end, form, lexicon, words_of_caption):
                 continue
             candidate = make_candidate(RULE_REPLACE, caption, _replaced(doc, i, end, form))
-            if candidate is not None and candidate.text not in texts:
-                texts.add(candidate.text)
+            if candidate is not None and candidate.text not in texts:  # every synonym that fits: the stage
+                texts.add(candidate.text)                                # prefers the rarer substitution
                 found.append(candidate)
-            break  # one replacement per place
     return found
 
 
@@ -100,6 +101,8 @@ def _replaced(doc, start: int, end: int, form: Form) -> str:
     if form.entry.get("acronym"):  # "TV" is capitals by convention, not emphasis
         template = template.capitalize() if start == 0 else template.lower()
     new = match_case(template, form.to) if not form.to.isupper() else form.to
+    if text.isupper():
+        new = new.upper()  # "A PERSON ... WATCHING TV": a shouted caption stays shouted
     begin, stop = first.idx, doc[end - 1].idx + len(doc[end - 1])
     before = text[:begin]
     if start > 0 and doc[start - 1].lower_ in ("a", "an"):
@@ -114,7 +117,9 @@ def _fits(doc, start: int, end: int, form: Form, lexicon, caption_words: frozens
     entry = form.entry
     first, last = doc[start], doc[end - 1]
     key = last if entry["pos"] == "prep" else first
-    if form.tags is not None and first.tag_ not in form.tags:
+    # a noun's number is its head's ("fire hydrants"); a phrase as written is tagged by its first word
+    tagged = last if entry["pos"] == "noun" and not entry.get("surface") else first
+    if form.tags is not None and tagged.tag_ not in form.tags:
         return False
     if any(doc[k].tag_ in NAME_TAGS for k in range(start, end)) or _inside_word(doc, start, end):
         return False
@@ -261,13 +266,20 @@ def _subject_is(verb, kind: str, lexicon) -> bool:
 
 
 def _object_fits(verb, kind: str, lexicon) -> bool:
-    """The verb's object is something worn ("worn"); a preposition's object is a thing or place, not an act or a
-    state ("physical": "under construction")."""
+    """The verb's object is something worn ("worn") or a made thing ("artifact": "fixing a bike", not "fixing
+    dinner"); a preposition's object is a thing or place, not an act or a state ("physical": "under
+    construction")."""
     if kind == "physical":
         objects = [c for c in verb.children if c.dep_ == "pobj"]
-        return len(objects) == 1 and (objects[0].tag_ == "PRP" or
-                                      kind_of(objects[0], lexicon) in PHYSICAL)
+        return len(objects) == 1 and objects[0].lower_ not in SKY and (objects[0].tag_ == "PRP" or
+                                                                       kind_of(objects[0], lexicon) in PHYSICAL)
     objects = [c for c in verb.children if c.dep_ == "dobj"]
     if len(objects) != 1:
         return False
-    return bool(lexicon.hypernym_names(objects[0].lower_) & positive_swaps().worn)  # kind == "worn"
+    if kind == "artifact":
+        return kind_of(objects[0], lexicon) == "noun.artifact" and not _worn(objects[0], lexicon)
+    return _worn(objects[0], lexicon)  # kind == "worn"
+
+
+def _worn(noun, lexicon) -> bool:
+    return bool(lexicon.hypernym_names(noun.lower_) & positive_swaps().worn)

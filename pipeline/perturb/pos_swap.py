@@ -61,7 +61,8 @@ RELATIONAL = frozenset({"front", "back", "top", "side", "bottom", "middle", "lef
 # Clauses that say what one person wears or carries, not what both do.
 OWN_CLAUSES = frozenset({"wearing", "dressed", "holding", "carrying", "wielding", "clutching", "sporting"})
 # Words that place their phrase after the others ("keyboard and other gadgets"): it must stay last.
-RELATIVE = frozenset({"other", "another", "more", "rest", "else", "additional", "various", "assorted", "etc"})
+RELATIVE = frozenset({"other", "others", "another", "more", "rest", "else", "additional", "various", "assorted",
+                      "etc"})
 # Heads after which a single thing with "a" reads oddly ("a kitchen filled with a window and appliances").
 CONTAINERS = frozenset({"filled", "full", "covered", "topped", "loaded", "packed", "stuffed", "crowded", "lined",
                         "piled", "stacked"})
@@ -128,6 +129,10 @@ def _conjunct_spans(cc, lexicon) -> tuple[tuple[int, int], tuple[int, int]] | No
         return None  # "carrots broccoli and rice": a list missing its comma, not a compound
     if adjectives and _after_noun_list(cc.doc, a_start):
         return None  # "a papaya, orange and bruised banana": "orange" is the second fruit
+    if adjectives and _after_adjective(cc.doc, a_start, first, second):
+        return None  # "a grassy plain and blue sky": "plain" is the place the parser read as an adjective
+    if nouns and first.dep_ not in SUBJECTS and _verb_after(cc.doc, b_end):
+        return None  # "playing tennis and others watching her": the second starts a clause of its own
     if any(t.tag_ in PRONOUN_TAGS or t.tag_ in NAME_TAGS or t.tag_ == "VBG" or t.lower_ in RELATIVE for t in tokens):
         return None
     if _fixed_inside(tokens[:a_end - a_start], tokens[a_end - a_start:], first, second):
@@ -148,6 +153,18 @@ def _adjective(token, lexicon) -> bool:
 def _after_noun_list(doc, start: int) -> bool:
     """The phrase follows a comma after something other than an adjective: it continues a list of things."""
     return start >= 2 and doc[start - 1].text == "," and doc[start - 2].tag_ not in ("JJ", "RB")
+
+
+def _after_adjective(doc, start: int, first, second) -> bool:
+    """The first adjective follows another one with no comma between: it may be a noun the parser read as an
+    adjective ("a grassy plain and blue sky"); two colours stay exchangeable ("a shiny black and white cat")."""
+    return start >= 1 and doc[start - 1].tag_ == "JJ" and not (first.lower_ in COLOURS and second.lower_ in COLOURS)
+
+
+def _verb_after(doc, end: int) -> bool:
+    """A verb right after the second conjunct: that conjunct is the subject of what follows, not a thing listed
+    beside the first."""
+    return end < len(doc) and doc[end].tag_.startswith("VB")
 
 
 def _gerund(token, lexicon) -> bool:

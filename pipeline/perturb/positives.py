@@ -12,9 +12,14 @@ from dataclasses import dataclass
 from pipeline.perturb.candidates import Candidate, record_rng
 from pipeline.perturb.pos_replace import RULE_REPLACE, SynonymTable, replace_positives
 from pipeline.perturb.pos_swap import RULE_SWAP, swap_positives
+from pipeline.perturb.pos_clause import RULE_CLAUSE, clause_positives, same_content
 from pipeline.perturb.rule_data import positive_swaps, positive_synonyms
 
-RULE_POSITIVE_TYPES = (RULE_REPLACE, RULE_SWAP)
+# In the order train_set prefers them by default: an exchange keeps every word (a text-only model cannot tell it
+# from its caption), a clause form keeps the caption's words but for "is"/"there"/"with", a synonym brings a new
+# word in (the easiest for a text-only model to learn: on val2017 it picks the positive out of (positive, negative)
+# 84% of the time for rule_replace rows, 75% for rule_clause, 65% for rule_swap).
+RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_CLAUSE, RULE_REPLACE)
 # Bumped when a rule's output for the same caption changes (its code or its data file). Each version was read
 # blind by two readers on captions no earlier round had (benchmarks/rule_positives.py, judged/). 2: no
 # person -> individual or holding -> grasping, no shared article moved, no place hanging from the second conjunct
@@ -32,10 +37,17 @@ RULE_POSITIVE_TYPES = (RULE_REPLACE, RULE_SWAP)
 # val2017 (judged/rule_positives_lists_*): two bare things of one kind before a place ("a pizza with cheese and
 # tomatoes in a box"), a container's two contents of one kind ("a plate of broccoli and rice", never "a bowl of
 # rice and chopsticks": the read's failures; a count stays whole: "a couple of ski poles and skis").
-VERSIONS = {RULE_REPLACE: 7, RULE_SWAP: 8}
-# The validation each rule's output must pass: the LLM positive type it stands for.
-VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap"}
-NO_CANDIDATE = {RULE_REPLACE: "no_table_synonym", RULE_SWAP: "no_exchangeable_and"}
+# replace/8: the table grown to 284 entries, most in both directions, every fitting synonym of a place proposed
+# (the stage prefers the rarer substitution). swap/9: no adjective exchange after another adjective ("a grassy
+# plain and blue sky"), no object list whose second item a verb follows ("playing tennis and others watching
+# her"). clause/1: new.
+VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 1}
+# The validation each rule's output must pass: the LLM positive type it stands for (verb_form: none stands for
+# it; the rule's own checks, and the stage's that the words are the caption's, modulo the verb's form).
+VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap", RULE_CLAUSE: None}
+# The check of a type no LLM type stands for: (caption, rewrite) -> whether its words are the caption's.
+OWN_CHECKS = {RULE_CLAUSE: same_content}
+NO_CANDIDATE = {RULE_REPLACE: "no_table_synonym", RULE_SWAP: "no_exchangeable_and", RULE_CLAUSE: "no_clause_form"}
 
 
 def version(positive_type: str) -> str:
@@ -44,7 +56,8 @@ def version(positive_type: str) -> str:
 
 def data_sha256() -> dict[str, str]:
     """sha256 of each rule's data file, for the report."""
-    return {RULE_REPLACE: positive_synonyms().sha256, RULE_SWAP: positive_swaps().sha256}
+    return {RULE_REPLACE: positive_synonyms().sha256, RULE_SWAP: positive_swaps().sha256,
+            RULE_CLAUSE: None}
 
 
 @dataclass
@@ -52,6 +65,7 @@ class RulePositives:
     positive_types: tuple[str, ...]
     lexicon: object
     table: SynonymTable
+    inflector: object
 
     @classmethod
     def load(cls, positive_types) -> RulePositives:
@@ -60,7 +74,8 @@ class RulePositives:
         from pipeline.perturb.wordnet import load_wordnet
 
         wordnet = load_wordnet()
-        return cls(tuple(positive_types), Lexicon(wordnet), SynonymTable.load(Inflector.from_wordnet(wordnet)))
+        inflector = Inflector.from_wordnet(wordnet)
+        return cls(tuple(positive_types), Lexicon(wordnet), SynonymTable.load(inflector), inflector)
 
     def propose(self, doc) -> dict[str, list[Candidate]]:
         """Every valid candidate of each asked type, in caption order."""
@@ -69,6 +84,8 @@ class RulePositives:
             found[RULE_REPLACE] = replace_positives(doc, self.table, self.lexicon)
         if RULE_SWAP in self.positive_types:
             found[RULE_SWAP] = swap_positives(doc, self.lexicon)
+        if RULE_CLAUSE in self.positive_types:
+            found[RULE_CLAUSE] = clause_positives(doc, self.lexicon, self.inflector)
         return found
 
 
