@@ -178,7 +178,7 @@ def test_train_set_has_a_row_for_every_caption_not_accounted_as_failed(chain):
     assert 0 < accepted < positives["tables"]["hard_positives"]["prompts"]
     for row in rows:
         assert row["hard_positive"] != row["caption"] and row["hard_negative"] != row["caption"]
-        assert row["positive_type"] in ("replace", "swap", "rule_replace", "rule_swap")
+        assert row["positive_type"] in ("replace", "swap", "rule_replace", "rule_swap", "rule_clause")
         assert row["negative_type"] == "replace"
     assert len({r["example_id"] for r in rows}) == len(rows)
 
@@ -213,9 +213,9 @@ def test_hard_positive_rows_record_the_prompt_and_sampling(chain):
     assert all(not re.match(r"(?i)sure", r["hard_positive"]) for r in rows)
     # with an engine named, the rules run beside it: their rows name the rule and nothing of a model
     rules = [r for r in rows if r not in llm]
-    assert {r["positive_type"] for r in rules} == {"rule_replace", "rule_swap"}
+    assert "rule_replace" in {r["positive_type"] for r in rules} <= {"rule_replace", "rule_swap", "rule_clause"}
     for row in rules:
-        assert re.fullmatch(r"rule_(replace|swap)/\d+", row["generator"]) and row["generator"].startswith(
+        assert re.fullmatch(r"rule_(replace|swap|clause)/\d+", row["generator"]) and row["generator"].startswith(
             row["positive_type"])
         assert all(row[c] is None for c in ("model", "llm_engine", "prompt_sha256", "chat_format", "temperature",
                                             "attempt", "output_tokens"))
@@ -227,7 +227,7 @@ def test_train_prefers_the_llm_positive_and_falls_back_to_a_rule(chain):
     for row in rows_of(out, "hard_positives"):
         positives.setdefault(row["example_id"], {})[row["positive_type"]] = row
     assert train["tables"]["train"]["positive_types"] == ["replace", "swap", "replace_verb", "replace_preposition",
-                                                          "rule_replace", "rule_swap"]
+                                                          "rule_swap", "rule_clause", "rule_replace"]
     order = train["tables"]["train"]["positive_types"]
     kinds = set()
     for row in rows_of(out, "train"):
@@ -353,7 +353,8 @@ def test_rule_positives_are_made_without_a_model_and_every_caption_is_accounted_
     assert "model" not in section and "prompts" not in section
     for kind, stats in section["rule_types"].items():
         assert stats["captions"] == good and 0 < stats["rows"] < good
-        assert re.fullmatch(rf"{kind}/\d+", stats["generator"]) and len(stats["data_sha256"]) == 64
+        assert re.fullmatch(rf"{kind}/\d+", stats["generator"])
+        assert len(stats["data_sha256"]) == 64 if kind != "rule_clause" else stats["data_sha256"] is None
     rows = rows_of(out, "hard_positives")
     assert len(rows) == section["rows"] == sum(s["rows"] for s in section["rule_types"].values())
     assert len({r["example_id"] for r in rows}) == section["emitted"]
@@ -362,7 +363,7 @@ def test_rule_positives_are_made_without_a_model_and_every_caption_is_accounted_
         assert row["hard_positive"] != row["caption"]
     letters = dead_rows(out, "discarded", "hard_positives")
     for letter in letters:  # why, per type
-        assert "rule_replace: " in letter["detail"] and "rule_swap: " in letter["detail"]
+        assert all(f"{t}: " in letter["detail"] for t in ("rule_replace", "rule_swap", "rule_clause"))
     ids = [r["example_id"] for r in rows] + [json.loads(r["record"])["example_id"] for r in letters]
     assert len(set(ids)) == good and not {r["example_id"] for r in rows} & {
         json.loads(r["record"])["example_id"] for r in letters}

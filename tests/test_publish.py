@@ -142,6 +142,12 @@ def test_dry_run_prints_plan_and_a_card_whose_yaml_covers_every_table(published,
     assert (f"- text-only separability ({figures['p_vs_n']['pairs']:,} rows): P vs N "
             f"{figures['p_vs_n']['accuracy']:.1%}, C vs P {figures['c_vs_p']['accuracy']:.1%}") in card
     assert card.count("text-only separability") == 1 and "Chance is 50%" in card
+    # the rule positives' diversity, and what was held out of the REPLACE set (issue 33)
+    rules = report(out / "all")["tables"]["hard_positives"]["rule_types"]
+    for kind, stats in rules.items():
+        assert f"- `{kind}`: {stats['rows']:,} rows using {stats['distinct_substitutions']:,} distinct" in card
+    assert "were held out of the rule positives" in card and "sitting <-> seated" in card
+    assert "SWAP evaluation set: `rule_swap` exchanges" in card
     assert "nothing uploaded" in printed
 
 

@@ -102,7 +102,7 @@ CLAUSE_WORDS = frozenset({"be", "there", "that", "which", "who", "have", "with"}
 def same_content(caption: str, text: str) -> bool:
     """The rewrite keeps the caption's words, each in some form, and adds or drops only the clause's own."""
     def content(t: str) -> Counter:
-        return Counter(w for w in map(stem, words(t)) if w not in CLAUSE_WORDS)
+        return Counter(stem(w) for w in words(t) if w not in CLAUSE_WORDS and stem(w) not in CLAUSE_WORDS)
     return content(caption) == content(text)
 
 
@@ -184,8 +184,8 @@ def _simple_from_progressive(doc, verb, lexicon, inflector) -> Candidate | None:
     if verb.tag_ != "VBG" or aux is None or subject is None or lemma is None or lemma in STATIVE or \
             not _one_clause(doc, verb) or _number(subject, verb.i) != aux.lower_:
         return None
-    if subject.lower_ in ("it", "there", "this", "that"):
-        return None  # "it is raining" -> "it rains" is a habit
+    if subject.tag_ not in ("NN", "NNS"):
+        return None  # "it is raining" -> "it rains" is a habit; "we are looking" -> "we look" reads unnatural
     new = inflector.verb(lemma, "VBZ" if aux.lower_ == "is" else "VBP")
     return _replaced(doc, aux.i, verb.i + 1, new)
 

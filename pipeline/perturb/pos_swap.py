@@ -29,6 +29,7 @@ from __future__ import annotations
 from pipeline.perturb.candidates import Candidate, make_candidate
 from pipeline.perturb.lexicon import COLOURS, kind_of
 from pipeline.perturb.rule_data import positive_swaps, swap_rules
+from pipeline.perturb.text import indefinite_article, match_case
 from pipeline.perturb.units import sentence_cased
 
 RULE_SWAP = "rule_swap"
@@ -62,7 +63,7 @@ RELATIONAL = frozenset({"front", "back", "top", "side", "bottom", "middle", "lef
 OWN_CLAUSES = frozenset({"wearing", "dressed", "holding", "carrying", "wielding", "clutching", "sporting"})
 # Words that place their phrase after the others ("keyboard and other gadgets"): it must stay last.
 RELATIVE = frozenset({"other", "others", "another", "more", "rest", "else", "additional", "various", "assorted",
-                      "etc"})
+                      "etc", "one", "ones"})  # "a very colorful one": it refers back to the other
 # Heads after which a single thing with "a" reads oddly ("a kitchen filled with a window and appliances").
 CONTAINERS = frozenset({"filled", "full", "covered", "topped", "loaded", "packed", "stuffed", "crowded", "lined",
                         "piled", "stacked"})
@@ -92,7 +93,12 @@ def _exchanged(doc, a: tuple[int, int], b: tuple[int, int]) -> str:
     first, second = text[a0:a1], text[b0:b1]
     if a0 == 0 and sentence_cased(doc[0].text):
         first, second = first[:1].lower() + first[1:], second[:1].upper() + second[1:]
-    return text[:a0] + second + text[a1:b0] + first + text[b1:]
+    before = text[:a0]
+    if a[0] > 0 and doc[a[0] - 1].lower_ in ("a", "an"):  # "an orange and white cat" -> "a white and orange cat"
+        article = doc[a[0] - 1]
+        before = text[:article.idx] + match_case(article.text, indefinite_article(second)) + \
+            text[article.idx + len(article):a0]
+    return before + second + text[a1:b0] + first + text[b1:]
 
 
 def _conjunct_spans(cc, lexicon) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -133,6 +139,11 @@ def _conjunct_spans(cc, lexicon) -> tuple[tuple[int, int], tuple[int, int]] | No
         return None  # "a grassy plain and blue sky": "plain" is the place the parser read as an adjective
     if nouns and first.dep_ not in SUBJECTS and _verb_after(cc.doc, b_end):
         return None  # "playing tennis and others watching her": the second starts a clause of its own
+    if nouns and first.dep_ == "pobj" and first.head.lower_ not in ("of", "with"):
+        return None  # "stools next to a bar and a blue table": the list may be the place's or the sentence's
+    if nouns and a_start > 0 and cc.doc[a_start - 1].tag_ in ("VBN", "VBD") and \
+            not _determined(cc.doc, b_start, second.i):
+        return None  # "has broken wood and pipes", "has fried eggs and hash browns": the participle may be both's
     if any(t.tag_ in PRONOUN_TAGS or t.tag_ in NAME_TAGS or t.tag_ == "VBG" or t.lower_ in RELATIVE for t in tokens):
         return None
     if _fixed_inside(tokens[:a_end - a_start], tokens[a_end - a_start:], first, second):

@@ -196,6 +196,33 @@ def _separability(section: dict) -> list[str]:
             "negative without the image, a shortcut that training on this table can teach in place of looking."]
 
 
+def _rule_diversity(section: dict) -> list[str]:
+    """Per rule type: how many substitutions its rows use and the largest share of one; what was held out of the
+    REPLACE evaluation set's substitutions, and why the SWAP set is not so."""
+    lines = []
+    for kind, stats in section["rule_types"].items():
+        top = ", ".join(f"{s} {share:.1%}" for s, _, share in stats.get("commonest_substitutions", [])[:3])
+        lines.append(f"- `{kind}`: {stats['rows']:,} rows using {stats.get('distinct_substitutions', 0):,} distinct "
+                     f"substitutions ({stats.get('distinct_substitutions_any_inflection', 0):,} inflection aside); "
+                     f"the largest is {stats.get('largest_share', 0):.1%} of the rows ({top})")
+    held = section.get("eval_substitutions_held_out")
+    if held is not None:
+        left = sum(s.get("held_out_eval_substitution", {}).get("captions_left_without", 0)
+                   for s in section["rule_types"].values())
+        lines.append(
+            "- REPLACE evaluation set: " + (
+                f"its {len(held)} substitutions (c -> c_p of `replace_eval`, either direction, any inflection) were "
+                f"held out of the rule positives; {left:,} caption(s) had only such a candidate and got no rule "
+                f"positive for it. Held out: {', '.join(held)}."
+                if held else "its substitutions were **allowed** in the rule positives "
+                "(`--allow_eval_substitutions`): a model finetuned on this table may gain on REPLACE from the "
+                "word list itself; report REPLACE's held-out view."))
+        lines.append("- SWAP evaluation set: `rule_swap` exchanges the two sides of an \"and\", the same operation as "
+                     "the SWAP set's hard positives, by design (as in the paper's swap-only runs); a SWAP score of a "
+                     "model finetuned on these rows measures that operation learned, not one held out.")
+    return lines
+
+
 def _description(table: Table) -> str:
     meta = table.schema.metadata or {}
     from pipeline.io.schema import load_schema
@@ -327,6 +354,8 @@ def render(tables: list[Table], repo_id: str) -> str:
             lines.append(f"- LLM answers: {per_type}")
         if section.get("separability"):
             lines += _separability(section["separability"])
+        if section.get("rule_types"):
+            lines += _rule_diversity(section)
         lines.append("")
     lines += ["## Columns", ""]
     for t in tables:

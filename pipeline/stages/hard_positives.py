@@ -111,5 +111,10 @@ def report_tables(counts: dict, opts: HardposOptions) -> dict:
     rules = rule_types(positive_types(opts))
     if rules:
         section["rule_types"] = report_block(section, rules, counts)
+        from pipeline.perturb.substitution import replace_eval_pairs
+
+        # what the rules left out, either direction (none with --allow_eval_substitutions): the card names them
+        section["eval_substitutions_held_out"] = [] if opts.allow_eval_substitutions else \
+            [f"{old} <-> {new}" for old, new in replace_eval_pairs()]
     section["positive_types_asked"] = positive_types(opts)
     return {TABLE: section}

@@ -32,6 +32,7 @@ from pipeline.llm.validate import shared_validator
 from pipeline.perturb import substitution
 from pipeline.perturb.generators import PARSER, TAGGER, spacy_pipeline
 from pipeline.perturb.outcomes import Discard
+from pipeline.perturb.pos_replace import RULE_REPLACE
 from pipeline.perturb.positives import NO_CANDIDATE, OWN_CHECKS, RULE_POSITIVE_TYPES, VALIDATED_AS, \
     RulePositives, data_sha256, in_preference, version
 
@@ -40,6 +41,10 @@ RECORD_FIELDS = (*ROW_FIELDS, "source", "source_index")
 UNITS, EMITTED = "units", "emitted"
 NO_RULE_POSITIVE = "no_rule_positive"
 HELD_OUT, OVER_SHARE = "held_out_eval_substitution", "over_share"
+# Why an LLM's replace answer is refused that says nothing against a pair of the synonym table: the span's shape
+# (a word added or dropped, a phrase for a phrase) and the WordNet check (the table is the authority on its pairs).
+TABLE_SHAPES = frozenset({"words_added", "words_deleted", "more_than_one_word", "more_than_one_span",
+                          "span_too_long", "same_word", "no_content_word", "not_a_synonym"})
 # Applicability counts that are not a substitution's: captions with a candidate, with a held-out one, left with
 # none because of the hold-out.
 CAPTIONS, HELD, HELD_LOST = "__captions__", "__held_out__", "__held_out_lost__"
@@ -105,6 +110,10 @@ class ProposeRulePositives(beam.DoFn):
                 verdict = self.validator({"kind": kind, "caption": caption},
                                          {"text": candidate.text, "finish_reason": "stop"})
                 ok, detail, why = verdict.ok, verdict.detail, f"{verdict.reason} {verdict.detail}".strip()
+                if not ok and positive_type == RULE_REPLACE and verdict.reason in TABLE_SHAPES:
+                    # a phrase of the table ("filled with" -> "full of", "fire hydrant" -> "hydrant"): an LLM
+                    # answer of that shape is refused as likely wrong; the table's pairs were read one by one
+                    ok, detail = True, f"{candidate.changed_span.lower()!r} -> {candidate.new_span.lower()!r}"
             if not ok:
                 reasons.append(f"{candidate.text!r}: {why}")
                 continue
