@@ -1,11 +1,13 @@
 """Finetuning throughput: one epoch on generated rows and images, then images/s and peak GPU memory.
 
-    python benchmarks/train_throughput.py                                  # ViT-B-32, 4,096 rows, batch 256
+    python benchmarks/train_throughput.py                                  # ViT-B-32, 6,144 rows, batch 256
     python benchmarks/train_throughput.py --model=hardpos-tiny --rows=256 --batch_size=32   # a CPU dry run
 
 Random init (no weights are downloaded), the trainer's default precision (mixed on a GPU, fp32 on CPU). The rows
 are train-table rows with distinct captions, hard positives and hard negatives; the images are 256 x 256 noise
-JPEGs, so decoding and the train transform cost what real COCO images cost. Prints the trainer's summary figures.
+JPEGs, so decoding and the train transform cost what real COCO images cost. Prints the trainer's summary figures:
+the rate over the whole run (its first steps included) and the steady rate after its first steps
+(finetune.WARMUP_STEPS_UNTIMED), which is what a long run sustains.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def make_data(root: Path, rows: int, image_size: int) -> tuple[Path, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="ViT-B-32")
-    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--rows", type=int, default=6144)
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--image_size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=8)
@@ -65,9 +67,13 @@ def main() -> None:
         summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
     peak = summary["peak_gpu_memory_bytes"]
     print(json.dumps({k: summary[k] for k in ("device", "precision", "steps", "train_seconds", "images_per_second",
+                                              "images_per_second_steady", "steady_after_steps",
                                               "peak_gpu_memory_bytes")}, indent=2))
+    steady = summary["images_per_second_steady"]
     print(f"{args.model} on {summary['device']} ({summary['precision']}), batch {args.batch_size}: "
-          f"{summary['images_per_second']} images/s over {summary['steps']} steps"
+          f"{summary['images_per_second']} images/s over {summary['steps']} steps, "
+          + (f"{steady} images/s after step {summary['steady_after_steps']}" if steady else
+             f"no steady rate (run more than {summary['steady_after_steps']} steps)")
           + (f", peak GPU memory {peak / 2**30:.2f} GiB" if peak else ""))
 
 

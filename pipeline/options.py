@@ -107,6 +107,9 @@ def _flags_what_to_run(group) -> None:
     group.add_argument("--allow_empty", action="store_true", default=False,
                        help="Commit a table with 0 rows (default: a stage whose table is empty says so, exits 1 "
                             "and leaves --output_dir as it was).")
+    group.add_argument("--dask_log_level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                       help="--runner=DaskRunner: the level of Dask's own log lines (its scheduler and workers "
+                            "print dozens at INFO for a local cluster).")
 
 
 def _flags_eval_sets(group) -> None:

@@ -120,3 +120,10 @@ def test_every_stage_on_a_dask_cluster_writes_the_direct_runners_bytes(stage, da
     assert any(name.endswith(".parquet") for name in direct)
     report = json.loads(direct["report.json"])
     assert report["tables"] and all(t["balanced"] and t["rows"] > 0 for t in report["tables"].values())
+
+
+def test_a_local_dask_cluster_logs_nothing_below_warning_unless_asked(tmp_path):
+    result = run_cli("--stage=eval_sets", f"--output_dir={tmp_path / 'out'}", f"--vl_checklist_root={VL_SAMPLE}",
+                     "--runner=DaskRunner", "--progress_seconds=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "distributed" not in result.stderr and "INFO" not in result.stderr, result.stderr[-3000:]

@@ -59,8 +59,10 @@ def train_data(tmp_path_factory):
 
 
 def run_args(data, out, *extra):
+    # the fixture leaves 3 of its 24 rows without a usable image on purpose: allow them (up to 3 of a batch of 8)
     return [f"--data={data.data}", f"--images={data.images}", f"--out={out}", "--model=hardpos-tiny", "--pretrained=",
-            "--lr=1e-3", "--warmup_steps=2", f"--batch_size={BATCH}", "--log_every=100", *extra]
+            "--lr=1e-3", "--warmup_steps=2", f"--batch_size={BATCH}", "--log_every=100", "--max_missing_images=0.4",
+            *extra]
 
 
 def log_records(out):
@@ -247,3 +249,25 @@ def test_augmentations_depend_on_seed_epoch_and_row_only(train_data):
 def test_worker_processes_give_the_same_batches(train_data, run_a, tmp_path):
     assert finetune.main(run_args(train_data, tmp_path, "--max_steps=2", "--workers=2")) == 0
     assert log_records(tmp_path) == log_records(run_a)[:2]
+
+
+def test_a_run_with_too_many_rows_without_an_image_stops_with_one_line(train_data, tmp_path, capsys):
+    empty = tmp_path / "images" / "train2017"
+    empty.mkdir(parents=True)
+    args = [a for a in run_args(train_data, tmp_path / "out", "--max_steps=4") if not a.startswith("--max_missing")]
+    assert finetune.main([a if not a.startswith("--images=") else f"--images={tmp_path / 'images'}"
+                          for a in args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max_missing_images: 8 of step 1's 8 rows have no usable image" in err[0]
+    assert "e.g. ex" in err[0] and not (tmp_path / "out" / "final.pt").exists()
+    # the fixture's own 3 of 24: over the default 1% of the first step that has one
+    assert finetune.main(run_args(train_data, tmp_path / "again", "--max_steps=4", "--max_missing_images=0.01")) == 1
+    assert "have no usable image" in capsys.readouterr().err
+
+
+def test_hardpos_tiny_needs_no_pretrained_flag_and_the_summary_has_both_rates(train_data, tmp_path):
+    args = [a for a in run_args(train_data, tmp_path, "--max_steps=18", "--epochs=7") if a != "--pretrained="]
+    assert finetune.main(args) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["images_per_second"] > 0 and summary["images_per_second_steady"] > 0
+    assert summary["steady_after_steps"] == finetune.WARMUP_STEPS_UNTIMED < summary["steps"]

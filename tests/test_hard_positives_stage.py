@@ -375,3 +375,32 @@ def test_rule_positives_are_the_same_bytes_whatever_the_batches_and_workers(rule
     for name, data in visible_files(first).items():
         if name.endswith(".parquet"):
             assert data == visible_files(again)[name], name
+
+
+def test_prompt_batches_come_from_the_prompts_not_from_their_order():
+    from pipeline.stages.llm_rewrites import bucket_of, in_batches
+
+    prompts = [{"key": f"k{i:03d}", "prompt": f"p{i}"} for i in range(23)]
+    batches = list(in_batches((0, prompts), 5))
+    assert [len(b) for b in batches] == [5, 5, 5, 5, 3]
+    assert list(in_batches((0, list(reversed(prompts))), 5)) == batches
+    assert {bucket_of(p["key"], 7) for p in prompts} <= set(range(7)) and bucket_of("k001", 7) == bucket_of("k001", 7)
+
+
+@needs_real
+def test_one_or_two_workers_write_the_same_bytes_and_cache(tmp_path, captions_300, tiny_model):
+    """The LLM stage's batches are made from the prompts (not by RunInference's timing), so the model sees the
+    same batches, with the same padding, whatever the worker count or the machine's load."""
+    captions = write_captions_subset(captions_300, tmp_path / "captions_24.json", 24)
+    outputs = {}
+    for workers in ("1", "2"):
+        out, cache = tmp_path / f"out{workers}", tmp_path / f"cache{workers}"
+        extra = ["--llm_batch_size=4", f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing",
+                 "--progress_seconds=0"]
+        done = run_cli(*llm_args(captions, out, cache, tiny_model, *extra))
+        assert done.returncode == 0, done.stderr[-3000:]
+        # a cache file per batch, named by its prompts' keys: the same names are the same batches
+        cached = sorted((f.name.split("-")[0], f.read_text()) for f in cache.rglob("*.jsonl"))
+        outputs[workers] = ({n: d for n, d in visible_files(out).items() if n.endswith(".parquet")}, cached)
+    assert outputs["1"] == outputs["2"]
+    assert outputs["1"][1] and any(n.startswith("hard_positives/") for n in outputs["1"][0])

@@ -30,6 +30,9 @@ upstream in apache_beam/runners/dask/ and this module goes when Beam has them
 """
 from __future__ import annotations
 
+import logging
+import os
+
 import itertools
 
 import apache_beam as beam
@@ -166,6 +169,12 @@ class DaskRunner(beam_dask.DaskRunner):
         import dask.bag as db
         import dask.distributed as ddist
 
+        from pipeline.options import HardposOptions
+
+        # Dask's scheduler and workers log each start-up step at INFO (a local cluster: 67 lines for a sample run)
+        level = getattr(options.view_as(HardposOptions), "dask_log_level", None) or "WARNING"
+        logging.getLogger("distributed").setLevel(level)
+        os.environ["DASK_LOGGING__DISTRIBUTED"] = level.lower()  # the worker processes read it as they start
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)

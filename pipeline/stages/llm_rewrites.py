@@ -8,7 +8,9 @@ prompt: read = prompts (+ malformed caption records) = rows + rejected.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -283,6 +285,35 @@ def count_units(units, label: str):
             | f"UnitsPerFile{label}" >> beam.combiners.Count.PerElement())
 
 
+# Prompts per bucket, in batches: enough for full batches, few enough buckets to spread over the workers.
+BATCHES_PER_BUCKET = 16
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    return int(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:12], 16) % buckets
+
+
+def in_batches(bucket: tuple[int, Iterable[dict]], batch_size: int) -> Iterator[list[dict]]:
+    """A bucket's prompts in key order, cut into batches of batch_size (the last may be smaller)."""
+    prompts = sorted(bucket[1], key=lambda e: e["key"])
+    for start in range(0, len(prompts), batch_size):
+        yield prompts[start:start + batch_size]
+
+
+def prompt_batches(misses, batch_size: int, label: str):
+    """The prompts to ask, in batches made from the prompts themselves: a bucket per prompt from a hash of its key
+    (as many buckets as the prompts fill BATCHES_PER_BUCKET batches), each bucket in key order cut into batches.
+    Not RunInference's own batching, which sizes batches by timing: there a batch's make-up, and with it a
+    model's padding, followed the machine's load and the worker count."""
+    buckets = (misses | f"CountMisses{label}" >> beam.combiners.Count.Globally()
+               | f"Buckets{label}" >> beam.Map(lambda n: max(1, n // (batch_size * BATCHES_PER_BUCKET))))
+    return (misses
+            | f"BucketPrompts{label}" >> beam.Map(lambda e, n: (bucket_of(e["key"], n), e),
+                                                  beam.pvalue.AsSingleton(buckets))
+            | f"GroupBuckets{label}" >> beam.GroupByKey()
+            | f"Batch{label}" >> beam.FlatMap(in_batches, batch_size))
+
+
 def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec) -> dict:
     """The LLM part of a table from caption records: {"rows", "units" (the source_file of each prompt),
     "rejected" (generations that failed), "counts" (the report's llm counts)}."""
@@ -306,18 +337,24 @@ def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: 
                                   opts.retry_temperature, functools.partial(shared_validator, wordnet),
                                   opts.llm_batch_size, spec.table)
     generated = (
-        split[_SplitHits.MISS]
+        prompt_batches(split[_SplitHits.MISS], opts.llm_batch_size, label)
         | f"Generate{label}" >> RunInference(handler)
-        | f"Unpack{label}" >> beam.Map(lambda r: {"entry": r.inference, "elements": r.example["sharers"],
-                                                  "from_cache": False})
+        | f"Unpack{label}" >> beam.FlatMap(lambda r: [
+            {"entry": entry, "elements": element["sharers"], "from_cache": False}
+            for element, entry in zip(r.example, r.inference, strict=True)])
     )
     # progress: prompts answered from the cache, and by the model
     _ = split.hit | f"ProgressCached{label}" >> beam.ParDo(Tick(spec.table, "cached", size=_prompt_count))
     _ = generated | f"ProgressGenerated{label}" >> beam.ParDo(Tick(spec.table, "generated", size=_prompt_count))
-    decided = ((split.hit, generated) | f"AllAnswers{label}" >> beam.Flatten()
-               | f"Validate{label}" >> beam.ParDo(_Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet))
-               .with_outputs(REJECTED, "llm", main="rows"))
-    _ = decided.rows | f"ProgressAccepted{label}" >> beam.ParDo(Tick(spec.table, "accepted"))
+    # Validated apart, each in the step that made its answers: a Flatten before the validation would make the
+    # local runner hold every generated answer until the model's last batch, and "accepted" would not move till then.
+    decide = _Decide(spec, model, opts.llm_engine, opts.chat_format, wordnet)
+    parts = [answers | f"Validate{how}{label}" >> beam.ParDo(decide).with_outputs(REJECTED, "llm", main="rows")
+             for how, answers in (("Cached", split.hit), ("Generated", generated))]
+    for how, part in zip(("Cached", "Generated"), parts, strict=True):
+        _ = part.rows | f"ProgressAccepted{how}{label}" >> beam.ParDo(Tick(spec.table, "accepted"))
+    decided = {tag: [p[tag] for p in parts] | f"Decided{tag.title()}{label}" >> beam.Flatten()
+               for tag in ("rows", REJECTED, "llm")}
     kind_column, table = spec.kind_column, spec.table
     counts = (
         (decided["llm"] | f"LlmCounts{label}" >> beam.Map(lambda kv: (("llm", table, kv[0]), kv[1])),
@@ -326,7 +363,7 @@ def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: 
              lambda d: (("llm", table, "rejected", json.loads(d["record"])[kind_column]), 1)))
         | f"LlmAll{label}" >> beam.Flatten()
     )
-    return {"rows": decided.rows, "units": prompts | f"PromptFiles{label}" >> beam.Map(lambda e: e["source_file"]),
+    return {"rows": decided["rows"], "units": prompts | f"PromptFiles{label}" >> beam.Map(lambda e: e["source_file"]),
             REJECTED: decided[REJECTED], "counts": counts}
 
 

@@ -44,6 +44,14 @@ def import_open_clip():
     return open_clip
 
 
+def resolve_pretrained(model: str, pretrained: str | None) -> str:
+    """--pretrained as given, or, not given, "openai" where open_clip has OpenAI's weights for the model, else ""
+    (random weights: hardpos-tiny, which has none)."""
+    if pretrained is not None:
+        return pretrained
+    return "openai" if "openai" in import_open_clip().list_pretrained_tags_by_model(model) else ""
+
+
 def create(model: str, pretrained: str | None, device: str = "cpu", precision: str = "fp32"):
     """(model, train transform, eval transform, tokenizer). `pretrained` may be an open_clip tag or a file.
 

@@ -37,6 +37,7 @@ from pipeline.publish.images import MAX_PIXEL_VALUES
 from pipeline.train import metrics, replace_views, report
 from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup
+from pipeline.train.sampling import limited_indices
 from pipeline.train.scoring import score_options
 
 TABLES = {"replace_eval": "REPLACE", "swap_eval": "SWAP"}
@@ -67,8 +68,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = _Parser(prog="python -m pipeline.train.evaluate", description=__doc__.split("\n\n")[0],
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="ViT-B-32", help="open_clip architecture, or hardpos-tiny")
-    parser.add_argument("--pretrained", default="openai",
-                        help="open_clip tag (openai, ...), a checkpoint file, or empty for random weights")
+    parser.add_argument("--pretrained", default=None,
+                        help="open_clip tag (openai, ...), a checkpoint file, or empty for random weights (default: "
+                             "openai where open_clip has those weights for --model, else random: hardpos-tiny)")
     parser.add_argument("--data", default=None, help="REPLACE/SWAP rows: Hub repo ORG/NAME, a published folder or a "
                                                      "run folder")
     parser.add_argument("--images", default=None, help="images stage output, or a folder of VG/COCO images")
@@ -110,8 +112,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="comma-separated: replace_eval,swap_eval (default: both, whichever exist in --data)")
     parser.add_argument("--split", default=None, help="split to read (default: the table's only split)")
     parser.add_argument("--limit", type=int, default=None,
-                        help="score only the first N rows of each table (with --suites: also of each SugarCrepe "
-                             "subset, ARO set and VL-CheckList file; not the clip-benchmark suites)")
+                        help="score N rows of each table, drawn at random with --seed (with --suites: also of each "
+                             "SugarCrepe subset, ARO set and VL-CheckList file; not the clip-benchmark suites)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
                         help="image loading processes (0: in the main process)")
@@ -140,6 +142,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              f"choose from {', '.join(TABLES)}")
         args.table_list, args.tables_explicit = list(dict.fromkeys(names)), True
     replace_views.check_flags(args.finetune_table, args.finetune_substitutions)
+    if args.models is None:
+        from pipeline.train.clip import resolve_pretrained
+
+        args.pretrained = resolve_pretrained(args.model, args.pretrained)
     args.multi = args.suites is not None or args.models is not None
     if args.multi:  # each suite checks its own roots and is skipped, not failed, without them
         if args.tables_explicit:
@@ -162,7 +168,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------------- inputs
 
 def load_rows(args) -> tuple[dict[str, list[dict]], list[str]]:
-    """table -> its rows (first --limit), and notes on default tables that --data does not have."""
+    """table -> its rows (--limit of them, drawn with --seed), and notes on default tables --data does not have."""
     from pipeline.publish.load import load_table
 
     tables, notes, failures = {}, [], []
@@ -178,7 +184,7 @@ def load_rows(args) -> tuple[dict[str, list[dict]], list[str]]:
         if not hasattr(loaded, "select"):  # a DatasetDict: several splits and no --split
             raise UsageError(f"--split: {name} in {args.data} has splits {', '.join(loaded)}; choose one")
         if args.limit is not None:
-            loaded = loaded.select(range(min(args.limit, len(loaded))))
+            loaded = loaded.select(limited_indices(len(loaded), args.limit, args.seed))
         tables[name] = loaded.to_list()
     if not tables:
         raise UsageError(f"--data: no evaluation table in {args.data} ({'; '.join(failures)})")

@@ -15,7 +15,8 @@ what Table 3 sweeps.
 Outputs under --out: checkpoints/step_N.pt and checkpoints/latest.pt every --save_every steps and at the last
 step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped}, written atomically), final.pt
 ({"model": state_dict}, loadable by pipeline.train.clip.create(model, path)), log.jsonl (every step: each loss
-term, total, lr, batch size) and summary.json (rows read/kept, images skipped by reason, steps).
+term, total, lr, batch size) and summary.json (rows read/kept, images skipped by reason, steps, images per second over
+the run and after its first WARMUP_STEPS_UNTIMED steps).
 
 --resume PATH|latest continues exactly: weights, optimizer, schedule, RNG and data position (a step's batch and
 each row's augmentation on (seed, epoch, example_id), see data.py), so a resumed run ends with the weights an
@@ -53,6 +54,16 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
+# Steps of a run left out of its steady-state rate: the first ones pay for kernel selection and loader start-up (on
+# an H200 the first 15 steps took 4x a later one).
+WARMUP_STEPS_UNTIMED = 15
+
+
+class ImagesMissing(RuntimeError):
+    """More of a step's or of the run's rows have no usable image than --max_missing_images allows: training on
+    what is left would not be training on the table (an empty --images folder ran 50 empty steps and "succeeded")."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipeline.train.finetune", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -61,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Images: --stage=images output (index/ + shards/) or a folder with COCO's train2017/.")
     p.add_argument("--out", required=True, help="Output folder (checkpoints/, final.pt, log.jsonl, summary.json).")
     p.add_argument("--model", default=DEFAULT_MODEL, help="open_clip architecture, or hardpos-tiny for tests.")
-    p.add_argument("--pretrained", default="openai",
-                   help="open_clip tag (openai, ...), a checkpoint path, or empty for random weights.")
+    p.add_argument("--pretrained", default=None,
+                   help="open_clip tag (openai, ...), a checkpoint path, or empty for random weights (default: openai "
+                        "where open_clip has those weights for --model, else random: hardpos-tiny).")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--lr", type=float, default=5e-6)
@@ -95,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "starts fresh if there is none).")
     p.add_argument("--max_steps", type=int, default=None, help="Stop after this many steps in all (smoke runs).")
     p.add_argument("--log_every", type=int, default=10, help="Print a line every N steps (log.jsonl gets all).")
+    p.add_argument("--max_missing_images", type=float, default=0.01,
+                   help="Stop (exit 1) when more than this share of a step's rows, or of the run's so far, have no "
+                        "usable image (missing, unreadable, too large).")
     return p
 
 
@@ -115,8 +130,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for flag in ("lr", "weight_decay", "hn_weight", "hp_weight", "fsc_gamma", "fsc_local_weight"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag}: must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.max_missing_images <= 1:
+        raise UsageError(f"--max_missing_images: must be in [0, 1], got {args.max_missing_images}")
     if not 0 <= args.fsc_smoothing < 1:
         raise UsageError(f"--fsc_smoothing: must be in [0, 1), got {args.fsc_smoothing}")
+    from pipeline.train.clip import resolve_pretrained
+
+    args.pretrained = resolve_pretrained(args.model, args.pretrained)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device: {args.device} but no CUDA device is available")
@@ -481,8 +501,10 @@ def train(args) -> dict:
         prune_checkpoints(checkpoints, args.keep_checkpoints)
 
     collate = Collate(tokenizer)
+    asked = missing = 0  # rows this run asked images for, and found none for (a resumed run counts from here)
     model.train()
     started, at_start, images_trained = time.monotonic(), step, 0
+    steady = None  # (time, images trained) once WARMUP_STEPS_UNTIMED steps of this run are done
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with log_path.open("a") as log:
@@ -497,6 +519,9 @@ def train(args) -> dict:
             for batch in loader:
                 skipped.update(batch["skipped"])
                 skipped_ids.extend(batch["skipped_ids"][:max(0, 5 - len(skipped_ids))])
+                asked += batch["size"] + len(batch["skipped_ids"])
+                missing += len(batch["skipped_ids"])
+                check_missing_images(batch, step + 1, missing, asked, args.max_missing_images)
                 lr = optimizer.param_groups[0]["lr"]
                 record = {"step": step + 1, "epoch": epoch, "lr": lr, "batch": batch["size"]}
                 if batch["size"]:
@@ -508,6 +533,10 @@ def train(args) -> dict:
                     images_trained += batch["size"]
                 scheduler.step()
                 step += 1
+                if step - at_start == WARMUP_STEPS_UNTIMED:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    steady = (time.monotonic(), images_trained)
                 record["skipped"] = sum(skipped.values())
                 log.write(json.dumps(record) + "\n")
                 if step % args.log_every == 0 or step == stop:
@@ -522,7 +551,12 @@ def train(args) -> dict:
                     log.flush()
                     save(step)
 
-    seconds = time.monotonic() - started  # this run's steps only (data loading included, model loading not)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    ended = time.monotonic()
+    seconds = ended - started  # this run's steps only (data loading included, model loading not)
+    steady_rate = round((images_trained - steady[1]) / (ended - steady[0]), 2) \
+        if steady is not None and ended > steady[0] and images_trained > steady[1] else None
     final = out / "final.pt"
     atomic_save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step,
                  "quick_gelu": uses_quick_gelu(model), "args": vars(args)}, final)
@@ -532,6 +566,8 @@ def train(args) -> dict:
                "images_skipped": dict(skipped), "images_skipped_examples": skipped_ids, "final": str(final),
                "device": str(device), "precision": args.precision, "train_seconds": round(seconds, 3),
                "images_per_second": round(images_trained / seconds, 2) if seconds > 0 else None,
+               # after the first steps (CUDA kernels chosen, loader workers started): what a long run sustains
+               "images_per_second_steady": steady_rate, "steady_after_steps": WARMUP_STEPS_UNTIMED,
                "peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if skipped:
@@ -540,6 +576,19 @@ def train(args) -> dict:
               + (f"; e.g. {', '.join(skipped_ids)}" if skipped_ids else ""))
     print(f"done: {step} steps; final weights {final}")
     return summary
+
+
+def check_missing_images(batch: dict, step: int, missing_so_far: int, asked_so_far: int, allowed: float) -> None:
+    """ImagesMissing when more than `allowed` of this step's rows, or of the run's rows so far, have no image."""
+    missing, asked = len(batch["skipped_ids"]), batch["size"] + len(batch["skipped_ids"])
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(batch["skipped"].items()))
+    examples = ", ".join(batch["skipped_ids"][:3])
+    if missing > allowed * asked:
+        raise ImagesMissing(f"--max_missing_images: {missing} of step {step}'s {asked} rows have no usable image "
+                            f"({reasons}; e.g. {examples}); check --images, or allow more with --max_missing_images")
+    if missing_so_far > allowed * asked_so_far:
+        raise ImagesMissing(f"--max_missing_images: {missing_so_far} of the {asked_so_far} rows so far have no usable "
+                            f"image (e.g. {examples or 'see summary'}); check --images, or allow more")
 
 
 def train_step(model, batch, config, device, autocast, optimizer, scaler, grad_clip_norm) -> dict[str, float]:
@@ -576,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, TrainDependencyMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except TrainingDiverged as e:
+    except (TrainingDiverged, ImagesMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.train import metrics
+from pipeline.train.sampling import limited, limited_indices
 from pipeline.train.suites import Context, SuiteSkipped, root_flag
 
 SUGARCREPE_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -138,8 +139,8 @@ def run(name: str, ctx: Context, args) -> dict:
     return {**figures, "scores": f"{ctx.slug}/{name}_scores.jsonl"}
 
 
-def sugarcrepe_rows(root: Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
-    """Rows of every subset file present (the first `limit` of each), and the subsets missing."""
+def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tuple[list[dict], list[str]]:
+    """Rows of every subset file present (`limit` of each, drawn with `seed`), and the subsets missing."""
     rows, missing = [], []
     for subset in SUGARCREPE_SUBSETS:
         path = root / f"{subset}.json"
@@ -149,14 +150,14 @@ def sugarcrepe_rows(root: Path, limit: int | None = None) -> tuple[list[dict], l
         annotations = read_json(path)
         if not isinstance(annotations, dict):
             raise ValueError(f"{path}: expected SugarCrepe's {{id: {{filename, caption, negative_caption}}}}")
-        for key, a in list(annotations.items())[:limit]:
+        for key, a in limited(list(annotations.items()), limit, seed):
             rows.append({"example_id": f"{subset}:{key}", "group": subset, "image_path": a["filename"],
                          "options": [a["caption"], a["negative_caption"]]})
     return rows, missing
 
 
 def run_sugarcrepe(ctx: Context, args, sink: list) -> dict:
-    rows, missing = sugarcrepe_rows(Path(args.sugarcrepe_root), args.limit)
+    rows, missing = sugarcrepe_rows(Path(args.sugarcrepe_root), args.limit, ctx.seed)
     scored, reasons = rank(ctx, Path(args.coco_val_images), rows, "sugarcrepe", sink)
     groups = _groups(scored)
     subsets = {s: summary(groups.get(s, []), ctx) for s in SUGARCREPE_SUBSETS if s not in missing}
@@ -182,7 +183,7 @@ def order_rows(path: Path, part: str, seed: int, limit: int | None = None) -> tu
     annotations = read_json(path)
     if not isinstance(annotations, list):
         raise ValueError(f"{path}: expected a list of {{image, caption: [...]}} (BLIP's Karpathy test file)")
-    items = [(a["image"], k, c) for a in annotations for k, c in enumerate(a["caption"])][:limit]
+    items = limited([(a["image"], k, c) for a in annotations for k, c in enumerate(a["caption"])], limit, seed)
     nlp = spacy_pipeline({TAGGER})
     rows, dropped = [], {}
     for (image, k, caption), doc in zip(items, nlp.pipe([c for _, _, c in items], batch_size=256), strict=True):
@@ -220,11 +221,13 @@ def run_aro(ctx: Context, args, sink: list) -> dict:
             notes.append(f"{part}: skipped: {e}")
             continue
         if part.startswith("VG-"):
-            data = read_json(path)[:args.limit]
-            rows = [{"example_id": f"{part}:{i}", "group": part, "image_path": r["image_path"],
-                     **{k: r[k] for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h")},
-                     "detail": r["relation_name"] if part == "VG-Relation" else "_".join(r["attributes"][:2]),
-                     "options": [r["true_caption"], r["false_caption"]]} for i, r in enumerate(data)]
+            data = read_json(path)
+            rows = [{"example_id": f"{part}:{i}", "group": part, "image_path": data[i]["image_path"],
+                     **{k: data[i][k] for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h")},
+                     "detail": data[i]["relation_name"] if part == "VG-Relation" else
+                     "_".join(data[i]["attributes"][:2]),
+                     "options": [data[i]["true_caption"], data[i]["false_caption"]]}
+                    for i in limited_indices(len(data), args.limit, ctx.seed)]
             images, dropped = path.parent / "images", {}
         else:
             rows, dropped = order_rows(path, part, ctx.seed, args.limit)
@@ -239,14 +242,15 @@ def run_aro(ctx: Context, args, sink: list) -> dict:
     return {"parts": parts, "notes": notes}
 
 
-def vl_checklist_rows(root: Path, limit: int | None = None) -> tuple[list[dict], dict]:
+def vl_checklist_rows(root: Path, limit: int | None = None, seed: int = 0) -> tuple[list[dict], dict]:
     rows, bad = [], {}
     for path in _vl_checklist_files(root):
         relpath = path.relative_to(root).with_suffix("").as_posix()
         records = read_json(path)
         if not isinstance(records, list):
             raise ValueError(f"{path}: expected VL-CheckList's list of [image_path, {{POS, NEG}}]")
-        for i, record in enumerate(records[:limit]):
+        for i in limited_indices(len(records), limit, seed):
+            record = records[i]
             try:
                 image_path, captions = record
                 options = [captions["POS"][0], *captions["NEG"]]
@@ -262,7 +266,7 @@ def vl_checklist_rows(root: Path, limit: int | None = None) -> tuple[list[dict],
 
 def run_vl_checklist(ctx: Context, args, sink: list) -> dict:
     root = Path(args.vl_checklist_root)
-    rows, bad = vl_checklist_rows(root, args.limit)
+    rows, bad = vl_checklist_rows(root, args.limit, ctx.seed)
     scored, reasons = rank(ctx, Path(args.vl_checklist_images or root), rows, "vl_checklist", sink)
     groups, files = _groups(scored), _groups(scored, "detail")
     present = {r["group"] for r in rows}
