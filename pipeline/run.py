@@ -1,6 +1,7 @@
 """`python -m pipeline.run --stage=STAGE [stage flags] [Beam flags]`: build one stage's tables."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
@@ -12,6 +13,16 @@ if __name__ == "__main__":  # before the imports below, which take seconds: a ru
 
     for _signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(_signal, _stop_at_once)
+
+# setup.py's pipeline extra (import name: distribution), which a machine set up only to train or evaluate lacks: one
+# line naming the extra there, not the traceback of the first import below (python -m pipeline.run and the hardpos
+# script alike).
+PIPELINE_EXTRA = {"apache_beam": "apache-beam", "spacy": "spacy", "nltk": "nltk", "datasets": "datasets",
+                  "huggingface_hub": "huggingface_hub", "yaml": "PyYAML"}
+if _missing := [dist for module, dist in PIPELINE_EXTRA.items() if importlib.util.find_spec(module) is None]:
+    print(f"error: the pipeline needs {', '.join(_missing)}, not installed here: pip install -e '.[pipeline]'",
+          file=sys.stderr)
+    sys.exit(2)
 
 import contextlib
 import ctypes

@@ -26,6 +26,35 @@ def run_cli(*args: str, module: str = "pipeline.run") -> subprocess.CompletedPro
                           timeout=600)
 
 
+def run_without_pipeline(code: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -c code args` in a fresh interpreter where apache_beam, spacy and nltk cannot be found, installed or
+    not, as on a machine with only the train or eval extra (tests/not_installed.py)."""
+    prelude = "from tests.not_installed import hide; hide()\n"
+    return subprocess.run([sys.executable, "-c", prelude + code, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def as_main(module: str) -> str:
+    """The code that runs `module` as `python -m module` does."""
+    return f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+
+
+def setup_arguments() -> dict:
+    """The keyword arguments setup.py passes to setuptools.setup, computed ones (the extras) included."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    original = setuptools.setup
+    setuptools.setup = lambda **kw: captured.update(kw)
+    try:
+        runpy.run_path(str(REPO / "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = original
+    return captured
+
+
 def one_error_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
     """The single line a refused command prints (and its exit code must be `code`)."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -5,7 +5,17 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ARO_SAMPLE, PROGRESS_LINE, REPO, VL_SAMPLE, eval_sets_args, one_error_line, run_cli
+from conftest import (
+    ARO_SAMPLE,
+    PROGRESS_LINE,
+    REPO,
+    VL_SAMPLE,
+    as_main,
+    eval_sets_args,
+    one_error_line,
+    run_cli,
+    run_without_pipeline,
+)
 
 from pipeline.checks.eval_sets import check_output
 from pipeline.io.schema import load_schema
@@ -141,6 +151,15 @@ def test_truncated_file_fails_fast_with_one_line(tmp_path):
     line = one_error_line(run_cli(*eval_sets_args(tmp_path / "out", root, None)))
     assert "Relation/vg/spatial.json: not valid JSON" in line and "truncated" in line
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("code", [as_main("pipeline.run"), "from pipeline.run import main"],
+                         ids=["python -m pipeline.run", "the hardpos script"])
+def test_without_the_pipeline_extra_one_line_names_it(code, tmp_path):
+    line = one_error_line(run_without_pipeline(code, *eval_sets_args(tmp_path / "out")))
+    assert line == ("error: the pipeline needs apache-beam, spacy, nltk, not installed here: "
+                    "pip install -e '.[pipeline]'")
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_as_a_user_runs_it(tmp_path):

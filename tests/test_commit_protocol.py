@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from pipeline.publish.layout import PublishError, find_tables
 from pipeline.run import main
 from pipeline.stages import eval_sets
+from pipeline.tables.folders import PublishError, find_tables
 from tests.conftest import REPO, VL_SAMPLE, eval_sets_args, one_error_line, report, run_cli, visible_files
 from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer
 

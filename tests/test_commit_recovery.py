@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.io.commit import FolderLock, new_staging, recover
-from pipeline.publish.layout import find_tables
 from pipeline.run import main
+from pipeline.tables.folders import find_tables
 from tests.conftest import ARO_SAMPLE, REPO, VL_SAMPLE, eval_sets_args, run_cli, visible_files
 
 

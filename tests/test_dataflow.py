@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
@@ -24,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
-from conftest import REPO, SAMPLES
+from conftest import REPO, SAMPLES, setup_arguments
 from dockerfile_parse import DockerfileParser
 from packaging.specifiers import SpecifierSet
 
@@ -40,23 +39,12 @@ CUDA_BASE = re.compile(r"^(?:[\w.-]+/)*nvidia/cuda:\d+(?:\.\d+)*-(?:cudnn\d*-)?(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# setup.py, read without running it
+# setup.py's arguments
 
 
-def _setup_kwargs() -> dict:
-    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
-    out = {}
-    for kw in call.keywords:
-        try:
-            out[kw.arg] = ast.literal_eval(kw.value)
-        except ValueError:
-            pass  # computed values (packages, long_description)
-    return out
-
-
-SETUP = _setup_kwargs()
-BEAM_SPEC = SpecifierSet(next(r for r in SETUP["install_requires"] if r.startswith("apache-beam"))[len("apache-beam"):])
+SETUP = setup_arguments()
+BEAM_SPEC = SpecifierSet(next(r for r in SETUP["extras_require"]["pipeline"]
+                              if r.startswith("apache-beam"))[len("apache-beam"):])
 PYTHON_SPEC = SpecifierSet(SETUP["python_requires"])
 
 
@@ -161,8 +149,8 @@ def dockerfile_problems(text: str, constraints_text: str, installed_beam: str) -
     sources = [value.split()[-1] for kind, value in instructions if kind == "COPY" and value.split()[0] == "."]
     extras = [set(m.group(2).split(",")) for p in _pip_installs(runs)
               for m in re.finditer(r"[\"']?(\S+?)\[([\w,-]+)\][\"']?", p) if m.group(1) in sources]
-    if not any({"llm", "gcp", "spacy_model"} <= e for e in extras):
-        problems.append(f"package: no pip install of the copied source ({sources}) with the llm, gcp and "
+    if not any({"pipeline", "llm", "gcp", "spacy_model"} <= e for e in extras):
+        problems.append(f"package: no pip install of the copied source ({sources}) with the pipeline, llm, gcp and "
                         f"spacy_model extras (found {extras})")
 
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)\s*==\s*(\S+)", constraints_text, flags=re.M))
@@ -224,7 +212,8 @@ DOCKERFILE_EDITS = [
     ("venv", "    RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1 \\\n", ""),
     ("python", "ARG PYTHON_VERSION=3.11", "ARG PYTHON_VERSION=3.9"),
     ("python", "python${PYTHON_VERSION} -m venv", "python3 -m venv"),
-    ("package", "[llm,spacy_model,gcp]", "[spacy_model,gcp]"),
+    ("package", "[pipeline,llm,spacy_model,gcp]", "[pipeline,spacy_model,gcp]"),
+    ("package", "[pipeline,llm,spacy_model,gcp]", "[llm,spacy_model,gcp]"),
     ("constraints", "COPY docker/constraints-gpu.txt", "COPY constraints.txt"),
     ("wordnet", "wordnet-base wordnet-sense-index", "wordnet-base"),
     ("secret", "WORKDIR /opt/hardpos\n", "WORKDIR /opt/hardpos\nENV HF_TOKEN=hf_abc\n"),

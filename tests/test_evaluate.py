@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from pipeline.train import evaluate
-from tests.conftest import rows_of, write_run_folder
+from tests.conftest import as_main, rows_of, run_without_pipeline, write_run_folder
 
 SUBSETS = ["REPLACE-Relation", "REPLACE-Attribute", "SWAP"]
 SUBSET_OF = {"relation": "REPLACE-Relation", "attribute": "REPLACE-Attribute", "swap": "SWAP"}
@@ -47,9 +47,13 @@ def images_root(tables, tmp_path_factory):
     return root
 
 
+def eval_args(data, images, out, *extra) -> list[str]:
+    return ["--model=hardpos-tiny", "--pretrained=", f"--data={data}", f"--images={images}", f"--out={out}",
+            "--workers=0", "--batch_size=16", *extra]
+
+
 def run(data, images, out, *extra) -> int:
-    return evaluate.main(["--model=hardpos-tiny", "--pretrained=", f"--data={data}", f"--images={images}",
-                          f"--out={out}", "--workers=0", "--batch_size=16", *extra])
+    return evaluate.main(eval_args(data, images, out, *extra))
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +69,17 @@ def load_json(out: Path) -> dict:
 
 def scores_of(out: Path) -> list[dict]:
     return pq.read_table(out / "scores.parquet").to_pylist()
+
+
+def test_evaluates_where_beam_spacy_and_nltk_cannot_be_imported(sample_output, images_root, tiny_run, tmp_path):
+    """As on a machine with only the train or eval extra: the tables load and every row gets the reference scores."""
+    args = eval_args(sample_output, images_root, tmp_path, "--bootstrap=200", "--seed=3")
+    result = run_without_pipeline(as_main("pipeline.train.evaluate"), *args)
+    assert result.returncode == 0, result.stderr
+    ours, reference = scores_of(tmp_path), scores_of(tiny_run)
+    assert [r["example_id"] for r in ours] == [r["example_id"] for r in reference]
+    for k in ("s_c", "s_n", "s_p"):
+        assert [r[k] for r in ours] == pytest.approx([r[k] for r in reference], abs=1e-5), k
 
 
 def test_writes_json_markdown_plot_and_scores_for_every_row(tiny_run, tables):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import write_run_folder
+from conftest import as_main, run_without_pipeline, write_run_folder
 from image_fixtures import corrupt_jpeg, jpeg
 
 from pipeline.train import finetune, patching
@@ -112,6 +112,18 @@ def test_tiny_run_every_term_finite_and_total_decreases(train_data, init_run, ru
     assert all(math.isfinite(v) for v in (*before.values(), *after.values()))
     assert after["total"] < before["total"] - 0.1, (before, after)
     assert sorted(p.name for p in (run_a / "checkpoints").iterdir()) == ["latest.pt", "step_4.pt", "step_8.pt"]
+
+
+def test_trains_where_beam_spacy_and_nltk_cannot_be_imported(train_data, run_a, tmp_path):
+    """As on a machine with only the train extra: the table loads and the first step is the reference run's."""
+    code = "import torch; torch.set_num_threads(1)\n" + as_main("pipeline.train.finetune")
+    result = run_without_pipeline(code, *run_args(train_data, tmp_path, "--max_steps=1"))
+    assert result.returncode == 0, result.stderr
+    [record] = log_records(tmp_path)
+    reference = log_records(run_a)[0]
+    assert {k: record[k] for k in ("clip", "hn", "hp", "total")} == \
+        pytest.approx({k: reference[k] for k in ("clip", "hn", "hp", "total")}, rel=1e-6)
+    assert (tmp_path / "final.pt").is_file()
 
 
 def test_zero_weights_train_on_the_plain_clip_loss(train_data, run_a, tmp_path):

@@ -1,16 +1,16 @@
 """The install is reproducible: requirements-cpu.txt pins every package of the environment that make setup builds,
 and setup.py's ranges admit the pinned versions."""
 import re
-import runpy
 import site
 from importlib import metadata
 from pathlib import Path
 
-import setuptools
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO
+from pipeline.run import PIPELINE_EXTRA
+from tests.conftest import REPO, setup_arguments
+from tests.not_installed import PIPELINE_ONLY
 
 LOCK = REPO / "requirements-cpu.txt"
 
@@ -24,17 +24,6 @@ def pins() -> dict[str, str]:
         assert m, f"not an exact pin: {line!r}"
         found[canonicalize_name(m.group(1))] = m.group(2)
     return found
-
-
-def setup_arguments() -> dict:
-    captured = {}
-    original = setuptools.setup
-    setuptools.setup = lambda **kw: captured.update(kw)
-    try:
-        runpy.run_path(str(REPO / "setup.py"), run_name="__main__")
-    finally:
-        setuptools.setup = original
-    return captured
 
 
 def test_the_lock_pins_every_installed_package_at_its_installed_version():
@@ -52,7 +41,8 @@ def test_setup_py_admits_the_locked_versions_and_the_test_extra_is_built_from_th
     locked = pins()
     extras = kw["extras_require"]
     requirements = [Requirement(r) for r in kw["install_requires"]]
-    requirements += [Requirement(r) for name in ("hf", "train", "images", "dask", "test") for r in extras[name]]
+    requirements += [Requirement(r) for name in ("pipeline", "hf", "train", "eval", "images", "dask", "test")
+                     for r in extras[name]]
     for req in requirements:
         version = locked[canonicalize_name(req.name)]
         assert req.specifier.contains(version.split("+")[0], prereleases=True), (str(req), version)
@@ -60,5 +50,20 @@ def test_setup_py_admits_the_locked_versions_and_the_test_extra_is_built_from_th
     for name in ("img2dataset", "open_clip_torch"):  # the code patches their internals: an upper bound
         [spec] = [Requirement(r).specifier for extra in extras.values() for r in extra if r.startswith(name)][:1]
         assert any(s.operator == "<" for s in spec), (name, spec)
-    for extra in ("hf", "train", "images", "dask"):
+    for extra in ("pipeline", "hf", "train", "eval", "images", "dask"):
         assert set(extras[extra]) <= set(extras["test"]), extra
+
+
+def test_a_training_machine_installs_no_beam_spacy_or_nltk():
+    """install_requires and the train extra leave out the pipeline's own packages (the tests that train and evaluate
+    where they cannot be imported: test_finetune.py, test_evaluate.py); the pipeline extra holds every package whose
+    absence pipeline.run names in its one line."""
+    kw = setup_arguments()
+    names = {name: {canonicalize_name(Requirement(r).name) for r in requirements}
+             for name, requirements in [("install_requires", kw["install_requires"]), *kw["extras_require"].items()]}
+    pipeline_only = {canonicalize_name(module) for module in PIPELINE_ONLY}  # apache_beam: apache-beam
+    assert pipeline_only == {"apache-beam", "spacy", "nltk"}
+    assert names["install_requires"] & pipeline_only == set()
+    assert names["train"] & pipeline_only == set()
+    assert pipeline_only | {canonicalize_name(d) for d in PIPELINE_EXTRA.values()} <= names["pipeline"]
+    assert not any(s.operator in ("<", "<=") for r in kw["install_requires"] for s in Requirement(r).specifier)

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from pipeline.checks.separability import separate
-from pipeline.publish.layout import PublishError, find_tables
-from pipeline.publish.load import load_table
 from pipeline.publish.upload import UploadError, upload
 from pipeline.run import main
+from pipeline.tables.folders import PublishError, find_tables
+from pipeline.tables.load import load_table
 from tests.conftest import PROGRESS_LINE, SAMPLES, eval_sets_args, report, rows_of, run_cli
 
 REPLAY = SAMPLES / "coco" / "hard_positives_replay.jsonl"

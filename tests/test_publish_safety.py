@@ -17,9 +17,10 @@ import pytest
 from pipeline.io.commit import STAGING_MARK
 from pipeline.io.parquet import write_shard
 from pipeline.io.schema import load_schema
-from pipeline.publish.layout import PublishError, find_tables, write_run_folder
-from pipeline.publish.load import load_table
+from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
+from pipeline.tables.folders import PublishError, find_tables
+from pipeline.tables.load import load_table
 from tests.conftest import REPO
 from tests.image_fixtures import schema_row
 from tests.local_http import LocalHTTPServer
@@ -40,7 +41,7 @@ def publish(output_dir, *extra) -> list[str]:
 
 
 def test_case1_publish_never_deletes_or_writes_into_a_folder_it_did_not_publish(run_folder, tmp_path, capsys):
-    MANIFEST = ".hardpos-publish.json"  # noqa: N806 - as pipeline.publish.layout names it
+    MANIFEST = ".hardpos-publish.json"  # noqa: N806 - as pipeline.tables.folders names it
     mine = tmp_path / "x"
     (mine / "data" / "raw").mkdir(parents=True)
     (mine / "data" / "raw" / "p.csv").write_text("p")

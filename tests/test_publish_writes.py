@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.publish.layout import PublishError
-from pipeline.publish.load import load_table
 from pipeline.run import main
+from pipeline.tables.folders import PublishError
+from pipeline.tables.load import load_table
 from tests.conftest import REPO, SAMPLES, one_error_line
 
 CAPTIONS = SAMPLES / "coco" / "captions_sample.json"
-MANIFEST = ".hardpos-publish.json"  # as pipeline.publish.layout names it
+MANIFEST = ".hardpos-publish.json"  # as pipeline.tables.folders names it
 SHARD = "data/order_eval/test-00000-of-00001.parquet"
 
 

@@ -21,11 +21,12 @@ import sys
 from collections import Counter, defaultdict
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-from pipeline.io.parquet import read_table, shard_pattern
+from pipeline.io.parquet import shard_pattern
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.text import indefinite_article, lower_case, single_spaced, words
 from pipeline.sources import vl_checklist
 from pipeline.sources.files import read_json_list
+from pipeline.tables.shards import read_table
 
 DETERMINERS = {"the", "a", "an"}
 

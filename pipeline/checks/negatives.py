@@ -28,13 +28,13 @@ import os
 import sys
 from collections import Counter, defaultdict
 
-from pipeline.io.parquet import read_table
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_replace import replaced_words_unrelated
 from pipeline.perturb.guards import a_an_errors, conjunct_swaps, moved_word, quantity_heads_moved
 from pipeline.perturb.rule_data import swap_rules
 from pipeline.perturb.text import words
+from pipeline.tables.shards import read_table
 
 TABLE = "train_negatives"
 ORDER_TYPES = {"shuffle_nouns_and_adj", "shuffle_allbut_nouns_and_adj", "shuffle_within_trigrams",

@@ -44,14 +44,12 @@ from contextlib import contextmanager
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-from pipeline.io.parquet import SHARD_NAME
-from pipeline.io.report import REPORT_FILE, format_markdown, merge_reports, read_json, write_json
+from pipeline.io.report import format_markdown, merge_reports, read_json, write_json
 from pipeline.options import UsageError
+from pipeline.tables.folders import COMMIT_FILE, REPORT_FILE, STAGING_MARK, STAGING_PREFIX, local_staging_folders
+from pipeline.tables.shards import SHARD_NAME, shard_glob
 
 LOCK_FILE = ".hardpos.lock"
-STAGING_PREFIX = ".staging-"
-STAGING_MARK = ".hardpos-staging"  # made with every staging folder: the only ones recovery touches
-COMMIT_FILE = "commit.json"
 DAMAGED_PREFIX = ".damaged-"  # a staging folder whose commit record cannot be read, set aside
 REPLACED_PREFIX = ".replaced-"  # inside the staging folder: a table folder moved aside, deleted at the end
 REPORT_MD = REPORT_FILE.removesuffix(".json") + ".md"
@@ -245,23 +243,11 @@ def new_staging(target: str, stage: str) -> str:
     return staging
 
 
-def _made_here(staging: str) -> bool:
-    """A real folder (not a link) holding the mark as a plain file."""
-    try:
-        return stat.S_ISDIR(os.lstat(staging).st_mode) and \
-            stat.S_ISREG(os.lstat(os.path.join(staging, STAGING_MARK)).st_mode)
-    except OSError:
-        return False
-
-
 def staging_folders(target: str) -> list[str]:
     """The staging folders hardpos made in target: runs in progress (under their lock), finished but not committed,
     or dead. Other .staging-* entries are the user's and never touched."""
     if is_local(target):
-        if not os.path.isdir(target):
-            return []
-        return sorted(path for path in (os.path.join(target, n) for n in os.listdir(target)
-                                        if n.startswith(STAGING_PREFIX)) if _made_here(path))
+        return local_staging_folders(target)
     marks = FileSystems.match([FileSystems.join(target, f"{STAGING_PREFIX}*", STAGING_MARK)])[0].metadata_list
     prefix = target.rstrip("/") + "/"
     return sorted({prefix + m.path[len(prefix):].split("/", 1)[0] for m in marks})
@@ -338,7 +324,7 @@ def _delete(paths: list[str]) -> None:
 
 
 def _shards(folder: str, prefix: str = "*") -> list[str]:
-    pattern = FileSystems.join(folder, f"{prefix}-?????-of-?????.parquet")
+    pattern = FileSystems.join(folder, shard_glob(prefix))
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 

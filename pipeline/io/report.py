@@ -23,8 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
-
-REPORT_FILE = "report.json"
+from pipeline.tables.folders import REPORT_FILE  # noqa: F401  (run.py, stages/ and checks/ import it from here)
 
 
 class SumCounts(beam.CombineFn):

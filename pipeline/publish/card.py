@@ -11,9 +11,9 @@ from collections import Counter
 import pyarrow as pa
 import yaml
 
-from pipeline.io.parquet import VERIFY_PAGES, read_table
 from pipeline.io.report import REPORT_FILE, separability_line
-from pipeline.publish.layout import Table
+from pipeline.tables.folders import Table
+from pipeline.tables.shards import VERIFY_PAGES, read_table
 
 PAPER = "https://arxiv.org/abs/2409.17958"
 # Columns whose values are worth counting in the card (per table, when present).
@@ -329,8 +329,8 @@ def render(tables: list[Table], repo_id: str) -> str:
         "", "## Loading", "", "```python", "import datasets",
         f'ds = datasets.load_dataset("{repo_id}", "{first.config}", split="{first.split}")',
         "```",
-        "Any config above works the same way. With hardpos installed, "
-        f"`pipeline.publish.load.load_table(\"{repo_id}\", \"{first.config}\")` reads a Hub repository, a "
+        "Any config above works the same way. With hardpos installed (its train extra is enough, no Beam), "
+        f"`pipeline.tables.load.load_table(\"{repo_id}\", \"{first.config}\")` reads a Hub repository, a "
         "downloaded copy of it, or a run's output folder alike.", "",
         "Every shard is written with Parquet page checksums, and each config asks `datasets` (4.2 or later) to check "
         "them as it reads (`fragment_scan_options` above): a damaged shard is an error, not other values. Readers "

@@ -41,7 +41,7 @@ def load_rows(data: str, positive_types: set[str] | None, negative_types: set[st
     """(the train table as a datasets.Dataset, row numbers kept by the type filters, counts by reason)."""
     import numpy as np
 
-    from pipeline.publish.load import load_table
+    from pipeline.tables.load import load_table
 
     table = load_table(data, "train", **load_kwargs)
     missing = {"caption", "hard_positive", "hard_negative", "positive_type", "negative_type",

@@ -169,7 +169,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def load_rows(args) -> tuple[dict[str, list[dict]], list[str]]:
     """table -> its rows (--limit of them, drawn with --seed), and notes on default tables --data does not have."""
-    from pipeline.publish.load import load_table
+    from pipeline.tables.load import load_table
 
     tables, notes, failures = {}, [], []
     for name in args.table_list:

@@ -1,0 +1,329 @@
+"""The tables of a run folder or of a published folder, found and checked without Beam (load_table and publish read
+them so).
+
+A run folder holds report.json and <folder>/<split>-SSSSS-of-NNNNN.parquet per table. Published, each table
+is one config: data/<config>/<split>-SSSSS-of-NNNNN.parquet, where <config> is the table's schema name
+(replace_eval, swap_eval, train_negatives, order_eval, hard_positives, train). The report says which shards
+the run wrote, how many rows and which sha256 each has, and whether its counts balance. A table is refused
+when anything disagrees (a shard missing, a stale one left, another row count or checksum, a schema other than
+schemas/<config>.json, counts that do not balance), because the card's counts would be wrong; and a folder
+holding a run with no report (killed, failed or still running) is refused unless the caller allows partial
+releases.
+
+A published folder is publish's only where its manifest (MANIFEST) says so: a manifest is valid only when it lists
+nothing but the paths publish writes (README.md and data/<config>/<shard>), each with its sha256, so a manifest
+that names another path (`../x`, `/etc/x`) or lacks an entry is an error, never a list of files to delete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.io.dead_letters import DISCARDED, REJECTED
+from pipeline.tables.shards import SHARD_NAME, file_sha256, read_table
+
+REPORT_FILE = "report.json"  # a run folder's report, written last by a run's commit (pipeline/io/commit.py)
+# A run's staging folder, <folder>/.staging-<stage>-<id>/ (pipeline/io/commit.py makes, commits and recovers it).
+STAGING_PREFIX = ".staging-"
+STAGING_MARK = ".hardpos-staging"  # made with every staging folder: the only ones recovery touches
+COMMIT_FILE = "commit.json"
+# Stages whose reports describe Parquet tables in the run folder (images and publish reports do not).
+TABLE_STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all")
+# In a published folder: the files that publish wrote there (and nothing else may be replaced or deleted).
+MANIFEST = ".hardpos-publish.json"
+# The next release, built complete beside the current one before any file of it changes; its manifest is written
+# last, so a NEXT holding one is ready to switch in (stages/publish.py).
+NEXT = ".hardpos-next"
+_CONFIG = re.compile(r"^[a-z][a-z0-9_]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _made_here(staging: str) -> bool:
+    """A real folder (not a link) holding the mark as a plain file."""
+    try:
+        return stat.S_ISDIR(os.lstat(staging).st_mode) and \
+            stat.S_ISREG(os.lstat(os.path.join(staging, STAGING_MARK)).st_mode)
+    except OSError:
+        return False
+
+
+def local_staging_folders(target: str) -> list[str]:
+    """The staging folders hardpos made in the local folder target (other .staging-* entries are the user's)."""
+    if not os.path.isdir(target):
+        return []
+    return sorted(path for path in (os.path.join(target, n) for n in os.listdir(target)
+                                    if n.startswith(STAGING_PREFIX)) if _made_here(path))
+
+
+class PublishError(ValueError):
+    """A folder's tables cannot be read or published as they are; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Table:
+    config: str              # schema name, the Hub config
+    split: str
+    run_dir: Path            # folder of the report.json that wrote it
+    stage_report: dict       # the report of the stage that wrote it: stage, inputs, that stage's tables
+    section: dict            # the table's section of the report
+    files: tuple[Path, ...]  # shards, in order
+    rows: int                # from the Parquet footers
+    download_size: int       # bytes on disk
+    schema: object           # pyarrow.Schema of the shards
+
+    def arrow_bytes(self) -> int:
+        """Size in memory as Arrow (the card's num_bytes / dataset_size): reads every shard whole, so only the
+        card asks for it, not the checks and loaders that find tables."""
+        return sum(read_table(path).nbytes for path in self.files)
+
+    def hub_paths(self) -> list[str]:
+        return [f"data/{self.config}/{f.name}" for f in self.files]
+
+    def data_files_pattern(self) -> str:
+        """Matches exactly this set of shards (the -of-NNNNN suffix), so a stale shard of an earlier upload
+        with another shard count is never read with them."""
+        return f"data/{self.config}/{self.split}-*-of-{len(self.files):05d}.parquet"
+
+
+def find_reports(output_dir: Path) -> list[Path]:
+    """report.json of the folder itself and of its subfolders (a folder per stage, as `make sample` writes)."""
+    candidates = [output_dir / REPORT_FILE] + sorted(output_dir.glob(f"*/{REPORT_FILE}"))
+    return [p for p in candidates if p.is_file() and not p.parent.name.startswith(".")]
+
+
+def is_published_path(relative: str) -> bool:
+    """A path publish writes: README.md or data/<config>/<split>-SSSSS-of-NNNNN.parquet, nothing else (so never a
+    path with '..', an absolute one or one in another folder)."""
+    parts = relative.split("/")
+    if parts == ["README.md"]:
+        return True
+    shard = SHARD_NAME.match(parts[-1])
+    return len(parts) == 3 and parts[0] == "data" and bool(_CONFIG.match(parts[1])) and bool(shard) and \
+        shard["prefix"].isalpha()
+
+
+def _manifest_problem(files) -> str | None:
+    if not isinstance(files, dict) or "README.md" not in files:
+        return "it lists no README.md"
+    for relative, entry in files.items():
+        if not is_published_path(relative):
+            return f"it lists {relative!r}, not a path publish writes"
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256"))):
+            return f"no sha256 for {relative}"
+        if relative != "README.md" and (type(entry.get("rows")) is not int or entry["rows"] < 0):
+            return f"no row count for {relative}"
+    return None
+
+
+def read_manifest(folder: Path) -> dict[str, dict]:
+    """The files folder's manifest says publish wrote there: relative path -> {sha256, and rows for a shard}.
+    PublishError (one line) when it cannot be read or is not one publish wrote."""
+    path = folder / MANIFEST
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        problem = _manifest_problem(files)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: not JSON, or not UTF-8
+        problem = f"unreadable: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+    if problem:
+        raise PublishError(f"{path}: not a manifest that publish wrote ({problem}); publish the tables again into "
+                           f"an empty folder")
+    return files
+
+
+def is_published_folder(path: Path) -> bool:
+    """A folder that publish built: its manifest, or (from before manifests) a card with configs and data/."""
+    if (path / MANIFEST).is_file():
+        return True
+    card = path / "README.md"
+    return card.is_file() and (path / "data").is_dir() and \
+        "\nconfigs:" in card.read_text(encoding="utf-8", errors="replace").split("\n---", 1)[0]
+
+
+def _stage_of(report: dict, section: dict) -> str | None:
+    # Reports from before the per-table sections named their stage were one stage's.
+    return section.get("stage", report.get("stage"))
+
+
+def stage_view(report: dict, stage: str) -> dict:
+    """The report of one stage inside a folder's report.json: its inputs and its tables."""
+    tables = {n: s for n, s in report.get("tables", {}).items() if _stage_of(report, s) == stage}
+    inputs = next((s["inputs"] for s in tables.values() if "inputs" in s), report.get("inputs", {}))
+    return {"stage": stage, "inputs": inputs, "tables": tables}
+
+
+def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: bool) -> Table:
+    where = run_dir / REPORT_FILE
+    shards = section.get("shards") or {}
+    if not shards:
+        raise PublishError(f"{where}: table {name} lists no shards")
+    if not section.get("balanced") or section.get("rows") != sum(shards.values()):
+        raise PublishError(f"{where}: the counts of table {name} do not balance (read != rows + discarded + "
+                           f"rejected, or rows != rows in its shards); run the stage again")
+    folders = {Path(rel).parent for rel in shards}
+    if len(folders) != 1:
+        raise PublishError(f"{where}: table {name} has shards in several folders")
+    folder = run_dir / folders.pop()
+    listed = {run_dir / rel: n for rel, n in shards.items()}
+    on_disk = {p for p in folder.glob("*.parquet")}
+    missing = sorted(set(listed) - on_disk)
+    stale = sorted(on_disk - set(listed))
+    if missing or stale:
+        which = f"missing {missing[0]}" if missing else f"not in the report {stale[0]}"
+        raise PublishError(f"{folder}: shards do not match {where} ({which}); run the stage again")
+    files = tuple(sorted(listed))
+    if verify:  # before anything reads the files: a damaged footer is a checksum mismatch, not a crash
+        check_checksums(run_dir, section, files)
+    splits = set()
+    rows = size = 0
+    config = schema = None
+    for path in files:
+        match = SHARD_NAME.match(path.name)
+        if not match or not match["prefix"].isalpha() or int(match["count"]) != len(files):
+            raise PublishError(f"{path}: not a shard name of the form <split>-SSSSS-of-{len(files):05d}.parquet")
+        splits.add(match["prefix"])
+        try:
+            meta = pq.ParquetFile(path)
+        except (OSError, ValueError) as e:  # pyarrow's errors for a file that is not Parquet
+            raise PublishError(f"{path}: not a readable Parquet file ({e}); run the stage again") from None
+        n = meta.metadata.num_rows
+        if n != listed[path]:
+            raise PublishError(f"{path}: {n} rows, but the report says {listed[path]}; run the stage again")
+        table_name = (meta.schema_arrow.metadata or {}).get(b"hardpos.table", b"").decode()
+        if not table_name:
+            raise PublishError(f"{path}: no hardpos.table in the Parquet metadata (not written by hardpos)")
+        if config not in (None, table_name) or (schema is not None and not schema.equals(meta.schema_arrow)):
+            raise PublishError(f"{path}: its schema differs from the table's other shards")
+        config, schema = table_name, meta.schema_arrow
+        rows += n
+        size += path.stat().st_size
+    _check_schema(files[0], config, schema)
+    if len(splits) != 1:
+        raise PublishError(f"{folder}: shards of several splits {sorted(splits)}")
+    stage_report = stage_view(report, _stage_of(report, section))
+    return Table(config=config, split=splits.pop(), run_dir=run_dir, stage_report=stage_report, section=section,
+                 files=files, rows=rows, download_size=size, schema=schema)
+
+
+def check_checksums(run_dir: Path, section: dict, files) -> None:
+    """Every shard has the sha256 that the report section recorded when the shard was written."""
+    where = run_dir / REPORT_FILE
+    checksums = section.get("sha256") or {}
+    for path in files:
+        relative = path.relative_to(run_dir).as_posix()
+        if relative not in checksums:
+            raise PublishError(f"{where}: no sha256 recorded for {relative} (written before hardpos recorded "
+                               f"checksums); run the stage again")
+        if file_sha256(str(path)) != checksums[relative]:
+            raise PublishError(f"{path}: its sha256 differs from the one {where} recorded when it was written "
+                               f"(the file changed or is damaged); run the stage again")
+
+
+def _check_schema(path: Path, config: str, schema) -> None:
+    """The shards have the columns and types of schemas/<config>.json, which the card describes."""
+    from pipeline.io.schema import load_schema
+
+    try:
+        expected = load_schema(config).arrow()
+    except (OSError, ValueError):
+        raise PublishError(f"{path}: table {config!r} has no schema in schemas/ (not a hardpos table)") from None
+    if not schema.equals(expected, check_metadata=False):
+        raise PublishError(f"{path}: its columns differ from schemas/{config}.json (written by another version of "
+                           f"hardpos?); run the stage again")
+
+
+def _holds_shards(folder: Path) -> str | None:
+    """The table name of the hardpos Parquet shards directly in folder, if there are any."""
+    for path in sorted(folder.glob("*.parquet"))[:1]:
+        try:
+            metadata = pq.read_schema(path).metadata or {}
+        except (OSError, ValueError):
+            return path.name
+        return metadata.get(b"hardpos.table", b"").decode() or None
+    return None
+
+
+def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[str]:
+    """A line per folder under output_dir (itself and its subfolders) holding a run that has no report: a
+    staging folder (running, killed, or its commit interrupted) or table shards that no report.json lists."""
+    excluded = {p.resolve() for p in exclude}
+    found = []
+    for folder in [output_dir, *sorted(p for p in output_dir.iterdir() if p.is_dir())]:
+        if folder.name.startswith(".") or folder.resolve() in excluded or is_published_folder(folder):
+            continue
+        for staging in map(Path, local_staging_folders(str(folder))):  # hardpos's own, not a user's ".staging-mine"
+            state = "was interrupted while committing (run any stage into it to finish)" \
+                if (staging / COMMIT_FILE).exists() else "has not finished: it is running, or was killed"
+            found.append(f"{folder}: a run that {state} ({staging.name})")
+        listed = set()
+        report_path = folder / REPORT_FILE
+        if report_path.is_file():
+            try:
+                report = json.loads(report_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                report = {}
+            for section in report.get("tables", {}).values():
+                listed |= {Path(rel).parts[0] for rel in (section.get("shards") or {})}
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+            if sub.name in listed or sub.name in (REJECTED, DISCARDED) or sub.name.startswith(".") or \
+                    sub.resolve() in excluded or is_published_folder(sub):
+                continue
+            table = _holds_shards(sub)
+            if table:
+                found.append(f"{sub}: shards of table {table} that no report.json lists (a run that was killed, "
+                             f"failed or is still running)")
+    return found
+
+
+def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool = False,
+                exclude: tuple[Path, ...] = (), skipped: list[str] | None = None,
+                leave_out_empty: bool = False, keep_empty: bool = False) -> list[Table]:
+    """Every table written under output_dir, in config-name order. PublishError when there is none, when two
+    runs wrote the same table, when a table's files disagree with its report (with verify, their sha256 too),
+    when a folder holds a run with no report, unless allow_partial (then its lines go to `skipped`), or when a
+    table has no rows (a config with no data does not load), unless leave_out_empty (its line goes to `skipped`)
+    or keep_empty (a reader's: load_table gives an empty table with its columns)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise PublishError(f"--output_dir {output_dir} is not a local folder")
+    partial = unfinished_runs(output_dir, exclude)
+    if partial and not allow_partial:
+        raise PublishError(f"{partial[0]}; publish needs every run finished (or --allow_partial to skip it)")
+    if skipped is not None:
+        skipped += [f"(--allow_partial): {line}" for line in partial]
+    found: dict[str, Table] = {}
+    for report_path in find_reports(output_dir):
+        if report_path.parent.resolve() in {p.resolve() for p in exclude}:
+            continue
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise PublishError(f"{report_path}: unreadable report ({e})") from None
+        for name, section in report.get("tables", {}).items():
+            if _stage_of(report, section) not in TABLE_STAGES:
+                continue
+            table = _read_table(report_path.parent, report, name, section, verify)
+            if table.config in found:
+                raise PublishError(f"table {table.config} was written by two runs: {found[table.config].run_dir} "
+                                   f"and {table.run_dir}; point --output_dir at a folder holding one of each")
+            found[table.config] = table
+    empty = [] if keep_empty else [c for c in sorted(found) if found[c].rows == 0]
+    if empty and not leave_out_empty:
+        table = found[empty[0]]
+        raise PublishError(f"table {table.config} in {table.run_dir} has 0 rows: a config with no data does not "
+                           f"load (datasets: 'corresponds to no data'); run its stage on more input, or "
+                           f"--leave_out_empty to publish without it")
+    for config in empty:
+        if skipped is not None:
+            skipped.append(f"(--leave_out_empty): {config}: 0 rows in {found[config].run_dir}")
+        del found[config]
+    if not found:
+        raise PublishError(f"no tables under {output_dir}: expected report.json with Parquet tables there or in "
+                           f"its subfolders (run a stage first)")
+    return [found[c] for c in sorted(found)]
+
