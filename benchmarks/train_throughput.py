@@ -20,7 +20,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from pipeline.publish.layout import write_run_folder
+from pipeline.tables.folders import write_run_folder
 from pipeline.train import finetune
 
 WORDS = "red blue green small large wooden metal dog cat man woman table chair car bus tree".split()

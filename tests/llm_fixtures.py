@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -94,8 +95,10 @@ class CompletionsServer(LocalHTTPServer):
     answer waits until release() (or until the server stops by itself, after stop_after seconds); `asked` is set
     at the first request."""
 
-    def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None):
+    def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None,
+                 delay: float = 0.0):
         self.requests = 0
+        self.delay = delay  # seconds before each answer: a model that takes its time
         self.model_lists = 0  # GET /v1/models requests
         self.auth = None  # the Authorization header of the last model list asked for
         self.paths = []  # the endpoint of each answered request
@@ -128,6 +131,7 @@ class CompletionsServer(LocalHTTPServer):
                 server.asked.set()
                 while not server.gate.wait(0.1) and not server.stopping.is_set():
                     pass
+                time.sleep(server.delay)
                 with server.lock:
                     server.requests += 1
                     fail = server.requests <= server.fail_first

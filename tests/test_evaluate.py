@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from pipeline.train import evaluate
+from pipeline.train.sampling import limited_indices
 from tests.conftest import as_main, rows_of, run_without_pipeline, write_run_folder
 
 SUBSETS = ["REPLACE-Relation", "REPLACE-Attribute", "SWAP"]
@@ -168,7 +169,8 @@ def test_checkpoint_weights_give_the_cosine_scores_of_that_model(sample_output, 
     assert result["pretrained_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
     assert result["tables"]["replace_eval"]["scored"] == result["tables"]["swap_eval"]["scored"] == 3
     got = {r["example_id"]: [r["s_c"], r["s_n"], r["s_p"]] for r in scores_of(out)}
-    for row in tables["replace"][:3] + tables["swap"][:3]:
+    drawn = [t[i] for t in (tables["replace"], tables["swap"]) for i in limited_indices(len(t), 3, 0)]  # --limit=3
+    for row in drawn:
         with Image.open(images_root / row["image_path"]) as image:
             image = image.convert("RGB")
         full = _expected_scores(clip, transform, tokenizer, image, row)
@@ -269,3 +271,17 @@ def test_bad_flags_fail_fast_with_one_line(flag, message, tables, images_root, t
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {message}") and "\n" not in err
     assert not (tmp_path / "out" / "eval.json").exists()
+
+
+def test_limit_draws_a_seeded_sample_of_each_set_not_its_first_rows(sample_output, images_root, tables, tmp_path):
+    out = tmp_path / "limited"
+    assert run(sample_output, images_root, out, "--limit=10", "--bootstrap=0", "--pretrained=") == 0
+    scored = {r["example_id"] for r in scores_of(out)}
+    replace = tables["replace"]
+    expected = {replace[i]["example_id"] for i in limited_indices(len(replace), 10, 0)}
+    assert expected <= scored and len(expected) == 10
+    assert expected != {r["example_id"] for r in replace[:10]}
+    assert {r["subset"] for r in replace if r["example_id"] in scored} == {"attribute", "relation"}
+    again = tmp_path / "limited_seed1"
+    assert run(sample_output, images_root, again, "--limit=10", "--bootstrap=0", "--pretrained=", "--seed=1") == 0
+    assert {r["example_id"] for r in scores_of(again)} != scored

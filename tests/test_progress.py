@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.io.progress import NAMESPACE, ProgressPrinter, Tick, format_progress, poll_metrics
+from tests.conftest import run_cli
 
 
 def test_format_shows_rows_rate_and_dead_letters_per_table():
@@ -141,3 +142,20 @@ def test_an_llm_table_counts_its_prompts_answered_until_they_are_all_in():
     line = format_progress(totals, 20.0, {"hard_positives": 0.0}, expected, "hard_positives")
     assert "hard_positives 21/23 prompts + captions (91%, 1.1/s, ETA 1s): 9 rows +13 dead letters; prompts 4 cached, " \
         "9 generated, 3 accepted" in line, line
+
+
+def test_accepted_answers_are_counted_as_they_come(tmp_path):
+    """Validation runs in the step that made the answers, so a progress line shows answers accepted while the
+    model is still answering (they stayed 0 until its last batch when a Flatten came first)."""
+    from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer
+
+    with CompletionsServer(delay=0.25) as server:
+        done = run_cli("--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path / 'o'}",
+                       "--llm_engine=openai", "--model=stub", f"--llm_base_url={server.base_url}",
+                       "--positive_types=replace", "--llm_batch_size=2", "--llm_concurrency=1",
+                       "--progress_seconds=0.5")
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = [tuple(int(n) for n in m.groups()) for m in
+              re.finditer(r"hard_positives (\d+)/(\d+) prompts answered .*?(\d+) generated, (\d+) accepted",
+                          done.stderr)]
+    assert any(0 < accepted and answered < total for answered, total, _, accepted in counts), counts

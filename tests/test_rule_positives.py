@@ -100,7 +100,7 @@ REPLACES = [  # caption, a replacement it must offer
     ("A man wearing a hat.", "A man in a hat."),
     ("A person riding a horse.", "Someone riding a horse."),
     ("A cat sleeping on top of a car.", "A cat sleeping atop a car."),
-    ("A woman talking on a phone.", "A woman speaking on a phone."),
+    ("A woman speaking on a phone.", "A woman talking on a phone."),
     ("Children playing in a park.", "Kids playing in a park."),
     ("A LARGE PIZZA ON A TABLE", "A BIG PIZZA ON A TABLE"),
     ("A train on the train tracks.", "A train on the railroad tracks."),

@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
+from pipeline.tables.folders import merge_reports  # noqa: F401  (commit.py and stages use it from here)
 from pipeline.tables.folders import REPORT_FILE  # noqa: F401  (run.py, stages/ and checks/ import it from here)
 
 
@@ -93,23 +94,6 @@ def table_report(table: str, counts: dict, groups: list[str], expected_groups: l
         "dead_letter_shards": dict(sorted(dead_shards.items())),
         "sha256": dict(sorted(sha256.items())),
     }
-
-
-def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
-    """The folder's report.json once a stage has committed: one section per table, each saying which stage wrote
-    it from which inputs. The stage's tables replace theirs; the sections of other stages' tables stay."""
-    tables = {}
-    if folder_report:
-        for name, section in folder_report.get("tables", {}).items():
-            # A report written before sections named their stage: the whole report was one stage's.
-            tables[name] = {**section, "stage": section.get("stage", folder_report.get("stage")),
-                            "inputs": section.get("inputs", folder_report.get("inputs", {}))}
-    for name, section in stage_report["tables"].items():
-        tables[name] = {**section, "stage": stage_report["stage"], "inputs": stage_report.get("inputs", {})}
-    from pipeline.provenance import build_info
-
-    return {"output_dir": stage_report["output_dir"], "stages": sorted({t["stage"] for t in tables.values()}),
-            "hardpos": build_info(), "tables": tables}
 
 
 def _by_count(counts: Counter) -> dict:

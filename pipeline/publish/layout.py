@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 # stages/publish.py imports these from here.
 from pipeline.tables.folders import MANIFEST, NEXT, PublishError, find_tables, read_manifest  # noqa: F401
-from pipeline.tables.folders import REPORT_FILE, Table
+from pipeline.tables.folders import REPORT_FILE, Table, write_run_folder  # noqa: F401  (fixtures import it here)
 
 # Publish's own entries at the top of the folder all start so (manifest, lock, the folder built aside): never
 # uploaded (upload.LOCAL_ONLY), never the user's.
@@ -40,24 +40,3 @@ def place(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str | None = None) -> Path:
-    """A run folder as a stage writes it (report.json + <folder>/<split>-00000-of-00001.parquet) holding `rows`
-    of the table `schema_name`: for fixtures and benchmarks that need a table without running its stage."""
-    from pipeline.io.parquet import write_shard
-    from pipeline.io.report import merge_reports
-    from pipeline.io.schema import load_schema
-    from pipeline.tables.shards import shard_name
-
-    schema = load_schema(schema_name)
-    for row in rows:
-        schema.check_row(row)
-    folder = folder or schema_name
-    name = shard_name(schema.split, 0, 1)
-    (out / folder).mkdir(parents=True, exist_ok=True)
-    sha256 = write_shard(rows, str(out / folder / name), schema)
-    section = {"read": len(rows), "rows": len(rows), "discarded": 0, "rejected": 0, "written": len(rows),
-               "balanced": True, "discard_reasons": {}, "reject_reasons": {}, "shards": {f"{folder}/{name}": len(rows)},
-               "dead_letter_shards": {}, "sha256": {f"{folder}/{name}": sha256}}
-    report = merge_reports(None, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
-    (out / REPORT_FILE).write_text(json.dumps(report))
-    return out

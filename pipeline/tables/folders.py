@@ -327,3 +327,44 @@ def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool
                            f"its subfolders (run a stage first)")
     return [found[c] for c in sorted(found)]
 
+
+def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
+    """The folder's report.json once a stage has committed: one section per table, each saying which stage wrote
+    it from which inputs. The stage's tables replace theirs; the sections of other stages' tables stay."""
+    tables = {}
+    if folder_report:
+        for name, section in folder_report.get("tables", {}).items():
+            # A report written before sections named their stage: the whole report was one stage's.
+            tables[name] = {**section, "stage": section.get("stage", folder_report.get("stage")),
+                            "inputs": section.get("inputs", folder_report.get("inputs", {}))}
+    for name, section in stage_report["tables"].items():
+        tables[name] = {**section, "stage": stage_report["stage"], "inputs": stage_report.get("inputs", {})}
+    from pipeline.provenance import build_info
+
+    return {"output_dir": stage_report["output_dir"], "stages": sorted({t["stage"] for t in tables.values()}),
+            "hardpos": build_info(), "tables": tables}
+
+
+def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str | None = None) -> Path:
+    """A run folder as a stage writes it (report.json + <folder>/<split>-00000-of-00001.parquet) holding `rows`
+    of the table `schema_name`: for fixtures and benchmarks that need a table without running its stage (on a
+    training machine with no Beam too)."""
+    import hashlib
+
+    from pipeline.io.schema import load_schema
+    from pipeline.tables.shards import shard_bytes, shard_name
+
+    schema = load_schema(schema_name)
+    for row in rows:
+        schema.check_row(row)
+    folder = folder or schema_name
+    name = shard_name(schema.split, 0, 1)
+    (out / folder).mkdir(parents=True, exist_ok=True)
+    data = shard_bytes(rows, schema)
+    (out / folder / name).write_bytes(data)
+    section = {"read": len(rows), "rows": len(rows), "discarded": 0, "rejected": 0, "written": len(rows),
+               "balanced": True, "discard_reasons": {}, "reject_reasons": {}, "shards": {f"{folder}/{name}": len(rows)},
+               "dead_letter_shards": {}, "sha256": {f"{folder}/{name}": hashlib.sha256(data).hexdigest()}}
+    report = merge_reports(None, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
+    (out / REPORT_FILE).write_text(json.dumps(report))
+    return out
