@@ -126,4 +126,4 @@ def test_a_local_dask_cluster_logs_nothing_below_warning_unless_asked(tmp_path):
     result = run_cli("--stage=eval_sets", f"--output_dir={tmp_path / 'out'}", f"--vl_checklist_root={VL_SAMPLE}",
                      "--runner=DaskRunner", "--progress_seconds=0")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "distributed" not in result.stderr and "INFO" not in result.stderr, result.stderr[-3000:]
+    assert "INFO" not in result.stderr and "dashboard" not in result.stderr, result.stderr[-3000:]

@@ -177,6 +177,10 @@ class DaskRunner(beam_dask.DaskRunner):
         os.environ["DASK_LOGGING__DISTRIBUTED"] = level.lower()  # the worker processes read it as they start
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+        if "address" not in dask_options and "scheduler_file" not in dask_options:
+            # a local cluster for this run only: no dashboard server (its port may be another run's, and a batch
+            # run has no one looking at it)
+            dask_options["dashboard_address"] = None
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         # Reshuffle spreads over twice the cluster's threads (a few tasks per thread balance uneven ones).
