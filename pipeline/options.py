@@ -10,6 +10,7 @@ import re
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 from apache_beam.runners.runner import PipelineRunner
 
+from pipeline.llm.engines import DEFAULT_MAX_REPLY_BYTES
 from pipeline.publish.images import MAX_PIXEL_VALUES, TOO_MANY_PIXEL_VALUES
 
 STAGES = ("eval_sets", "train_negatives", "order_eval", "hard_positives", "train_set", "all", "images", "publish")
@@ -210,7 +211,12 @@ def _flags_hard_positives(group) -> None:
                                               "must answer GET <url>/models before the first prompt.")
     group.add_argument("--llm_concurrency", type=_workers, default=16,
                        help="openai engine: requests in flight per worker.")
-    group.add_argument("--llm_timeout", type=_seconds, default=60.0, help="openai engine: seconds per request.")
+    group.add_argument("--llm_timeout", type=_seconds, default=60.0,
+                       help="openai engine: seconds per request, from sending it to the reply's last byte, however "
+                            "slowly the bytes come.")
+    group.add_argument("--llm_max_reply_bytes", type=int_in(1_024, 100_000_000), default=DEFAULT_MAX_REPLY_BYTES,
+                       help=f"openai engine: the largest reply read, in bytes (default {DEFAULT_MAX_REPLY_BYTES:,}); "
+                            "a larger one is dropped as soon as it passes the cap: its prompt request_failed, not cached.")
     group.add_argument("--llm_device", default="auto", help="transformers engine: cpu, cuda, or auto.")
     group.add_argument("--tensor_parallel_size", type=_workers, default=1,
                        help="vllm engine: GPUs per model copy.")

@@ -18,7 +18,7 @@ if __name__ == "__main__":  # before the imports below, which take seconds: a ru
 # line naming the extra there, not the traceback of the first import below (python -m pipeline.run and the hardpos
 # script alike).
 PIPELINE_EXTRA = {"apache_beam": "apache-beam", "spacy": "spacy", "nltk": "nltk", "datasets": "datasets",
-                  "huggingface_hub": "huggingface_hub", "yaml": "PyYAML"}
+                  "huggingface_hub": "huggingface_hub", "yaml": "PyYAML", "httpx": "httpx"}
 if _missing := [dist for module, dist in PIPELINE_EXTRA.items() if importlib.util.find_spec(module) is None]:
     print(f"error: the pipeline needs {', '.join(_missing)}, not installed here: pip install -e '.[pipeline]'",
           file=sys.stderr)

@@ -90,14 +90,79 @@ def _stub_answer(prompt: str) -> str:
     return " " + caption
 
 
+def hard_positives(out, *extra) -> list[str]:
+    """The flags of a hard_positives run through the openai engine (add --llm_base_url or set OPENAI_BASE_URL)."""
+    return ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
+            "--llm_engine=openai", "--model=stub", "--positive_types=replace", "--progress_seconds=0", *extra]
+
+
+def http_503(handler, server) -> None:
+    handler.send_response(503)
+    handler.end_headers()
+
+
+def raw_reply(data: bytes, promised: int | None = None):
+    """A failure: a 200 reply whose body is data (a completion of the wrong shape, not JSON); with promised, a
+    Content-Length larger than data, and the connection closed after data (a body cut short)."""
+    def reply(handler, server) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(promised or len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+        handler.close_connection = True
+    return reply
+
+
+def trickle(body_only: bool):
+    """A failure: the reply one byte every 0.2 s, from its status line (or, with body_only, after whole headers),
+    until the client goes or the server stops: it never ends within any deadline."""
+    def reply(handler, server) -> None:
+        data = b'{"choices": [{"text": "' + b"a" * 10_000 + b'"}]}'
+        head = f"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+        if body_only:
+            handler.wfile.write(head)
+        else:
+            data = head + data
+        for i in range(len(data)):
+            if server.stopping.is_set():
+                return
+            try:
+                handler.wfile.write(data[i:i + 1])
+            except OSError:  # the client gave up
+                return
+            time.sleep(0.2)
+    return reply
+
+
+def endless(handler, server) -> None:
+    """A failure: a completion whose text never ends, streamed (no Content-Length) until the client goes or 64 MiB
+    are sent; server.streamed counts the bytes sent."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.end_headers()
+    chunk = b"a" * 2**16
+    try:
+        handler.wfile.write(b'{"choices": [{"text": "')
+        while server.streamed < 2**26 and not server.stopping.is_set():
+            handler.wfile.write(chunk)
+            server.streamed += len(chunk)
+        handler.wfile.write(b'"}]}')
+    except OSError:  # the client gave up
+        pass
+    handler.close_connection = True
+
+
 class CompletionsServer(LocalHTTPServer):
-    """POST /v1/completions and /v1/chat/completions on 127.0.0.1; the first `fail_first` requests get HTTP 503. With `gated`, every
-    answer waits until release() (or until the server stops by itself, after stop_after seconds); `asked` is set
-    at the first request."""
+    """POST /v1/completions and /v1/chat/completions on 127.0.0.1; the first `fail_first` requests get `failure`
+    (HTTP 503, or another of the failures above). With `gated`, every answer waits until release() (or until the
+    server stops by itself, after stop_after seconds); `asked` is set at the first request."""
 
     def __init__(self, fail_first: int = 0, gated: bool = False, stop_after: float | None = None,
-                 delay: float = 0.0):
+                 delay: float = 0.0, failure=http_503):
         self.requests = 0
+        self.failure = failure
+        self.streamed = 0  # bytes an endless reply sent
         self.delay = delay  # seconds before each answer: a model that takes its time
         self.model_lists = 0  # GET /v1/models requests
         self.auth = None  # the Authorization header of the last model list asked for
@@ -135,8 +200,11 @@ class CompletionsServer(LocalHTTPServer):
                 with server.lock:
                     server.requests += 1
                     fail = server.requests <= server.fail_first
-                if fail or self.path not in ("/v1/completions", "/v1/chat/completions"):
-                    self.send_response(503 if fail else 404)
+                if fail:
+                    server.failure(self, server)
+                    return
+                if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                    self.send_response(404)
                     self.end_headers()
                     return
                 server.paths.append(self.path)

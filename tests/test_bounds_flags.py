@@ -26,6 +26,7 @@ OUT_OF_RANGE = {
     "llm_batch_size": ["0"],
     "llm_concurrency": ["0", "1025"],
     "llm_timeout": ["0", "nan", "1e300"],
+    "llm_max_reply_bytes": ["0", "1023", "100000001", INT64_END],
     "tensor_parallel_size": ["0", "1025"],
     "max_num_seqs": ["0"],
     "gpu_memory_utilization": ["0", "1.5", "nan"],

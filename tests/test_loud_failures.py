@@ -10,7 +10,7 @@ import time
 from pipeline.provenance import build_info
 from pipeline.run import main
 from tests.conftest import REPO, SAMPLES, one_error_line, report, run_cli
-from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer
+from tests.llm_fixtures import CompletionsServer, hard_positives
 
 CAPTIONS = SAMPLES / "coco" / "captions_sample.json"
 
@@ -73,11 +73,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def hard_positives(out, *extra) -> list[str]:
-    return ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
-            "--llm_engine=openai", "--model=stub", "--positive_types=replace", "--progress_seconds=0", *extra]
 
 
 def test_an_llm_server_that_is_down_is_one_line_exit_2_before_any_work(tmp_path):

@@ -5,8 +5,9 @@ none sends it as a plain completion, llama2 as a hand-written [INST] ... [/INST]
 - vllm: vLLM's offline `LLM` on the worker's GPUs (`LLM.chat` for auto, `LLM.generate` otherwise, with
   `SamplingParams`; prefix caching on, since every prompt of a kind shares its instruction prefix).
 - openai: any OpenAI-compatible server (`vllm serve`, TGI, SGLang, llama.cpp's): POST {base_url}/chat/completions
-  for auto, {base_url}/completions otherwise, over plain HTTP, bounded concurrency, timeouts, retries with
-  exponential backoff; base_url from --llm_base_url or OPENAI_BASE_URL, the key from OPENAI_API_KEY.
+  for auto, {base_url}/completions otherwise, through httpx (openai_client.py): bounded concurrency, a total
+  deadline and a cap on the reply's bytes per request, retries with exponential backoff; base_url from
+  --llm_base_url or OPENAI_BASE_URL, the key from OPENAI_API_KEY.
 - transformers: HF `generate` with left padding, on CPU or GPU (`tokenizer.apply_chat_template` for auto); the
   default model is the embedded SmolLM2-135M-Instruct (models.py).
 - replay: answers recorded earlier ({type (or positive_type), caption, text} per JSONL line: another run's
@@ -20,15 +21,11 @@ from __future__ import annotations
 import array
 import hashlib
 import json
-import os
 import struct
-import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 ENGINES = ("vllm", "openai", "transformers", "replay")
+DEFAULT_MAX_REPLY_BYTES = 262_144  # openai engine: an answer is at most 30 tokens, a reply a few kB even with logprobs
 
 
 @dataclass(frozen=True)
@@ -60,8 +57,9 @@ class EngineConfig:
     model: str
     base_url: str = ""
     concurrency: int = 16
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # openai engine: a total deadline per request
     request_retries: int = 5
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     device: str = "auto"
     batch_size: int = 32
     tensor_parallel_size: int = 1
@@ -156,54 +154,21 @@ class TransformersEngine:
         return gens
 
 
-def api_headers() -> dict:
-    """The JSON headers of an OpenAI-compatible request; the key, when OPENAI_API_KEY is set, as a Bearer token."""
-    headers = {"Content-Type": "application/json"}
-    key = os.environ.get("OPENAI_API_KEY")
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    return headers
-
-
-def server_problem(base_url: str, timeout_s: float = 10.0) -> str | None:
-    """Why the OpenAI-compatible server at base_url cannot take prompts (GET {base_url}/models, which vLLM, TGI,
-    SGLang and llama.cpp's server all answer), or None: checked once before the first prompt, so that a server that
-    is down is one line instead of every prompt's retries."""
-    url = base_url.rstrip("/") + "/models"
-    request = urllib.request.Request(url, headers=api_headers(), method="GET")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            json.loads(response.read().decode("utf-8"))
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403):
-            return f"GET {url}: HTTP {e.code}: the server refused the key (set OPENAI_API_KEY)"
-        hint = " (is --llm_base_url the API root, e.g. http://host:8000/v1?)" if e.code == 404 else ""
-        return f"GET {url}: HTTP {e.code}{hint}"
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        return f"cannot reach the LLM server: GET {url}: {reason}"
-    except ValueError:
-        return f"GET {url}: the reply is not JSON: is {base_url} an OpenAI-compatible server?"
-    return None
-
-
 class OpenAIEngine:
-    RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
-
     def __init__(self, config: EngineConfig):
+        from pipeline.llm.openai_client import CompletionsClient  # httpx
+
         if not config.base_url:
             raise ValueError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
         self.chat = config.chat_format == "auto"
         self.chat_format = config.chat_format
-        self.url = config.base_url.rstrip("/") + ("/chat/completions" if self.chat else "/completions")
         self.model = config.model
-        self.timeout_s = config.timeout_s
-        self.retries = config.request_retries
-        self.pool = ThreadPoolExecutor(max_workers=config.concurrency)
-        self.headers = api_headers()
+        url = config.base_url.rstrip("/") + ("/chat/completions" if self.chat else "/completions")
+        self.client = CompletionsClient(url, self.chat, config.concurrency, config.timeout_s, config.request_retries,
+                                        config.max_reply_bytes)
 
     def generate(self, prompts: list[str], params: list[Sampling]) -> list[Generation]:
-        return list(self.pool.map(self._one, prompts, params))
+        return self.client.post_all([self.body(prompt, p) for prompt, p in zip(prompts, params, strict=True)])
 
     def body(self, prompt: str, p: Sampling) -> dict:
         from pipeline.llm.prompts import completion
@@ -216,31 +181,6 @@ class OpenAIEngine:
         if p.seed is not None:
             body["seed"] = p.seed
         return body
-
-    def _one(self, prompt: str, p: Sampling) -> Generation:
-        data = json.dumps(self.body(prompt, p)).encode("utf-8")
-        error = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(30.0, 0.25 * 2 ** (attempt - 1)))
-            request = urllib.request.Request(self.url, data=data, headers=self.headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    reply = json.loads(response.read().decode("utf-8"))
-                choice = reply["choices"][0]
-                text = (choice.get("message") or {}).get("content") if self.chat else choice.get("text")
-                tokens = (reply.get("usage") or {}).get("completion_tokens", 0)
-                return Generation(text or "", choice.get("finish_reason") or "stop", tokens)
-            except urllib.error.HTTPError as e:
-                error = f"HTTP {e.code}"
-                if e.code not in self.RETRY_STATUS:
-                    break
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-                error = f"{type(e).__name__}: {e}"
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-                error = f"bad reply: {e}"
-                break
-        return Generation("", "error", 0, error)
 
 
 class VLLMEngine:

@@ -58,6 +58,7 @@ def model_name(opts: HardposOptions) -> str:
 def engine_config(opts: HardposOptions) -> EngineConfig:
     return EngineConfig(engine=opts.llm_engine, model=opts.model, base_url=opts.llm_base_url or "",
                         concurrency=opts.llm_concurrency, timeout_s=opts.llm_timeout,
+                        max_reply_bytes=opts.llm_max_reply_bytes,
                         device=opts.llm_device, batch_size=opts.llm_batch_size,
                         tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                         gpu_memory_utilization=opts.gpu_memory_utilization,
@@ -227,14 +228,15 @@ def _check_server(opts: HardposOptions) -> None:
     """--llm_base_url (else OPENAI_BASE_URL) names a server that answers, before any work."""
     import os
 
-    from pipeline.llm.engines import server_problem
+    from pipeline.llm.openai_client import server_problem, url_problem
 
+    given = "--llm_base_url" if opts.llm_base_url else "OPENAI_BASE_URL"
     opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
     if not opts.llm_base_url:
         raise UsageError("--llm_engine=openai needs --llm_base_url or OPENAI_BASE_URL (e.g. http://localhost:8000/v1)")
-    problem = server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
+    problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
     if problem:
-        raise UsageError(f"--llm_base_url={opts.llm_base_url}: {problem}")
+        raise UsageError(f"{given}={opts.llm_base_url}: {problem}")
 
 
 def _has_chat_template(model: str | None) -> bool:
