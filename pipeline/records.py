@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import hashlib
 
+# What every caption table's row carries of its caption record: its ids (caption_id and image_id for COCO, the
+# corpus's own key for any corpus), its image (file_name or image_url), the file it came from, the caption.
+CAPTION_FIELDS = ("example_id", "caption_id", "image_id", "key", "file_name", "image_url", "source_file", "caption")
+
 
 def record_key(source_file: str, source_index: int) -> str:
     """Where a record came from: its file (relative to the source root) and its position in that file."""

@@ -126,6 +126,11 @@ _MAYBE_PATH_FLAGS = ("model", "ranker_model")
 def _absolute_local_paths(opts: HardposOptions) -> None:
     """Relative local paths made absolute against the launcher's folder: a worker of a distributed runner (Dask,
     Flink) runs in its own folder, where `samples/...` names nothing. URLs (gs://, http://) stay as given."""
+    for flag in ("captions", "reference_captions"):  # lists of patterns
+        values = getattr(opts, flag, None)
+        if values:
+            setattr(opts, flag, [",".join(p if "://" in p or os.path.isabs(p) else os.path.abspath(p)
+                                          for p in v.split(",") if p.strip()) for v in values])
     for flag in _PATH_FLAGS + _MAYBE_PATH_FLAGS:
         value = getattr(opts, flag, None)
         if not value or "://" in value or os.path.isabs(value):
@@ -247,7 +252,8 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
     """One stage's pipeline into staging; its report, once its counts hold (RunFailed otherwise)."""
     target = opts.output_dir
     inputs = {name: getattr(opts, name) for name in ("vl_checklist_root", "aro_vga", "replace_table",
-                                                     "coco_captions", "model", "cache_dir",
+                                                     "coco_captions", "captions", "reference_captions", "model",
+                                                     "cache_dir",
                                                      "hard_positives_dir", "train_negatives_dir")
               if getattr(opts, name)}
     report = _run_into(staging, target, options, opts, inputs, read_from)

@@ -129,7 +129,7 @@ def format_progress(totals: Counter, elapsed: float, since: dict[str, float] | N
         span = max(elapsed - (since or {}).get(table, 0.0), 1e-3)
         dead = c["discarded"] + c["rejected"]
         done = (c["emitted"] or c["rows"]) + dead
-        total, unit, prompts = ((expected or {}).get(table, (None, "")) + (0,))[:3]
+        total, unit, prompts = (((expected or {}).get(table) or (None, "")) + (0,))[:3]  # None: not known
         answered = c["cached"] + c["generated"]
         if prompts and answered < prompts:
             part = (f"{table} {_done_of(answered, prompts, 'prompts answered', span)}: {c['cached']:,} cached, "

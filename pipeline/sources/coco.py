@@ -106,6 +106,7 @@ def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = D
         "source_index": caption_id,
         "caption_id": caption_id,
         "image_id": image_id,
+        "key": str(caption_id),
         **image,
         "caption": caption,
     }
@@ -139,12 +140,14 @@ class _ParseCaptions(beam.DoFn):
 class ReadCocoCaptions(beam.PTransform):
     """A COCO captions file -> {"records", "rejected", "read": (file, captions in file)}."""
 
-    def __init__(self, path: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS):
+    def __init__(self, path: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS,
+                 source_file: str | None = None):
         super().__init__()
         self.path, self.stage, self.table, self.bounds = path, stage, table, bounds
+        self.source_file = source_file
 
     def expand(self, pbegin):
-        source_file = posixpath.basename(self.path.replace("\\", "/"))
+        source_file = self.source_file or posixpath.basename(self.path.replace("\\", "/"))
         outputs = (
             pbegin
             | "File" >> beam.Create([(self.path, source_file)])
@@ -155,7 +158,7 @@ class ReadCocoCaptions(beam.PTransform):
         return {"records": records, REJECTED: outputs[REJECTED], READ: outputs[READ]}
 
 
-def _labelled(letter: dict, stage: str, table: str) -> dict:
+def labelled(letter: dict, stage: str, table: str) -> dict:
     return {**letter, "stage": stage, "table": table}
 
 
@@ -170,5 +173,5 @@ def read_captions(pipeline: beam.Pipeline, path: str, stage: str, table: str,
     if key not in reads:
         reads[key] = pipeline | f"ReadCaptions{len(reads) or ''}" >> ReadCocoCaptions(path, stage, table, bounds)
     shared = reads[key]
-    rejected = shared[REJECTED] | f"RejectedCaptionsOf{table}" >> beam.Map(_labelled, stage, table)
+    rejected = shared[REJECTED] | f"RejectedCaptionsOf{table}" >> beam.Map(labelled, stage, table)
     return {"records": shared["records"], REJECTED: rejected, READ: shared[READ]}

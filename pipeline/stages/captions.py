@@ -16,7 +16,7 @@ from pipeline.perturb.corpus import CorpusCounts
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.perturb.relations import RelationCounts, caption_keys
-from pipeline.sources import coco
+from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 
 EMITTED = "emitted"
@@ -133,13 +133,23 @@ def _with_relations(model, relations):
 
 
 def check_coco(opts: HardposOptions, negative_types: list[str]) -> None:
-    if not opts.coco_captions:
-        raise UsageError(f"--stage={opts.stage} needs --coco_captions=FILE (a COCO captions JSON)")
+    """The caption inputs (--captions or --coco_captions, and --reference_captions) and what parsing them needs."""
+    check_captions(opts)
     try:
         check_resources(negative_types, opts.spacy_model)
     except ResourceMissing as e:
         raise UsageError(str(e)) from None
-    coco.check_file(opts.coco_captions)
+
+
+def check_captions(opts: HardposOptions) -> None:
+    if opts.captions and opts.coco_captions:
+        raise UsageError("--captions and --coco_captions: give one (--coco_captions=FILE is --captions=FILE "
+                         "--captions_format=coco)")
+    if not corpus.requested(opts):
+        raise UsageError(f"--stage={opts.stage} needs --captions=PATTERN (or --coco_captions=FILE)")
+    corpus.input_files(opts)
+    if opts.reference_captions:
+        corpus.reference_files(opts)
 
 
 def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: str, fn: CaptionRowsFn,
@@ -147,22 +157,31 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     """Read the captions, batch them, apply `fn`: the inputs WriteTableOutputs takes. With `with_corpus`, a
     first pass counts the captions' vocabulary and trigrams, handed to `fn` as a side input and returned as
     "corpus" too; with `with_relations` that pass also parses the captions for their relations (swap)."""
-    read = coco.read_captions(pipeline, opts.coco_captions, stage, table, InputBounds.of(opts))
-    batches = read["records"] | "Batch" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size,
-                                                              max_batch_size=opts.nlp_batch_size * 4)
+    bounds = InputBounds.of(opts)
+    read = corpus.read_captions(pipeline, opts, stage, table, bounds)
+    batch = lambda: beam.BatchElements(min_batch_size=opts.nlp_batch_size,  # noqa: E731
+                                       max_batch_size=opts.nlp_batch_size * 4)
+    batches = read["records"] | "Batch" >> batch()
     extra, outputs = [], {}
     if with_corpus:
-        corpus = read["records"] | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
+        # the statistics' captions: the input's, and --reference_captions' (never rows)
+        counted, counted_batches = read["records"], batches
+        if opts.reference_captions:
+            counted = ((read["records"], corpus.read_reference(pipeline, opts, bounds))
+                       | "WithReference" >> beam.Flatten())
+            counted_batches = counted | "BatchCounted" >> batch()
+        model = counted | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
         if with_relations:
             parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
-            relations = (batches | "ParseRelations" >> beam.ParDo(parse)
+            relations = (counted_batches | "ParseRelations" >> beam.ParDo(parse)
                          | "CountRelations" >> beam.CombineGlobally(CountRelations()))
-            corpus = corpus | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
-        extra, outputs = [beam.pvalue.AsSingleton(corpus)], {"corpus": corpus}
+            model = model | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
+        extra, outputs = [beam.pvalue.AsSingleton(model)], {"corpus": model}
     built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
                                                                                    main="rows")
     rejected = (read[REJECTED], built[REJECTED]) | "AllRejected" >> beam.Flatten()
-    return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: built[DISCARDED],
+    discarded = (read[DISCARDED], built[DISCARDED]) | "AllDiscarded" >> beam.Flatten()
+    return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: discarded,
             EMITTED: built[EMITTED], **outputs}
 
 

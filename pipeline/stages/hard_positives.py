@@ -18,7 +18,7 @@ from pipeline.io.report import table_report
 from pipeline.llm.prompts import POSITIVE_TYPES
 from pipeline.options import HardposOptions, type_list
 from pipeline.perturb.positives import RULE_POSITIVE_TYPES
-from pipeline.sources import coco
+from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 from pipeline.stages.llm_rewrites import RewriteSpec, check_llm_options, count_units, report_section, rewrite_parts
 from pipeline.stages.rule_positives import report_block, rule_parts, rule_types
@@ -65,15 +65,17 @@ def check_inputs(opts: HardposOptions) -> None:
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
     """The stage's graph, returning its report counts."""
-    read = coco.read_captions(pipeline, opts.coco_captions, STAGE, TABLE, InputBounds.of(opts))
+    read = corpus.read_captions(pipeline, opts, STAGE, TABLE, InputBounds.of(opts))
     parts = []
     if llm_kinds(opts):
         parts.append(rewrite_parts(read["records"], pipeline, opts, spec(opts)))
     rules = rule_types(positive_types(opts))
     if rules:
         parts.append(rule_parts(read["records"], opts, rules))
-    malformed = read[REJECTED] | "RejectedFiles" >> beam.Map(lambda d: d["source_file"])
-    discarded = [p[DISCARDED] for p in parts if DISCARDED in p] or [pipeline | "NoDiscards" >> beam.Create([])]
+    # caption records that gave no prompt and no rule row: malformed ones, and (img2dataset) failed downloads
+    malformed = ((read[REJECTED], read[DISCARDED]) | "DeadCaptions" >> beam.Flatten()
+                 | "RejectedFiles" >> beam.Map(lambda d: d["source_file"]))
+    discarded = [read[DISCARDED]] + [p[DISCARDED] for p in parts if DISCARDED in p]
     # emitted: an accepted LLM prompt, or a caption with a rule positive (it may have two rows, one per rule)
     emitted = [p["rows"] | "LlmEmitted" >> beam.Map(lambda r: r["source_file"]) if "emitted" not in p else p["emitted"]
                for p in parts]
@@ -95,7 +97,9 @@ def expected_units(opts: HardposOptions) -> dict[str, tuple]:
     then the prompts alone (the LLM's answers come long before their rows)."""
     from pipeline.llm.prompts import wants
 
-    captions = coco.caption_texts(opts.coco_captions)
+    captions = corpus.caption_texts(opts)
+    if captions is None:  # not known before reading the input
+        return {TABLE: None}
     prompts = sum(wants(kind, c) for kind in llm_kinds(opts) for c in captions if isinstance(c, str))
     rules = len(captions) if rule_types(positive_types(opts)) else 0
     unit = " + ".join(name for name, n in (("prompts", prompts), ("captions", rules)) if n) or "captions"

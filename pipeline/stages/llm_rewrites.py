@@ -28,11 +28,11 @@ from pipeline.llm.prompts import CHAT_FORMATS, PROMPT_SETS, load_prompt, wants
 from pipeline.llm.validate import shared_validator
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Reject
-from pipeline.sources import coco
+from pipeline.records import CAPTION_FIELDS
+from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 
-RECORD_FIELDS = ("example_id", "caption_id", "image_id", "file_name", "image_url", "source_file", "caption",
-                 "source", "source_index")
+RECORD_FIELDS = (*CAPTION_FIELDS, "source", "source_index")
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,7 @@ class _Decide(beam.DoFn):
             attempt = entry["attempts"][accepted]
             sampling = attempt.get("sampling", {})
             yield {
-                **{k: element[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                           "source_file", "caption")},
+                **{k: element[k] for k in CAPTION_FIELDS},
                 spec.kind_column: element["kind"],
                 spec.text_column: verdicts[accepted].text,
                 "changed_span": verdicts[accepted].detail or None,
@@ -183,8 +182,9 @@ def _read_cache(pipeline: beam.Pipeline, cache_dir: str, table: str, label: str)
 
 def check_llm_options(opts: HardposOptions, stage: str) -> None:
     """The engine, model, cache, replay file, chat format and prompt set flags, before any work."""
-    if not opts.coco_captions:
-        raise UsageError(f"--stage={stage} needs --coco_captions=FILE (a COCO captions JSON)")
+    from pipeline.stages.captions import check_captions
+
+    check_captions(opts)
     if opts.llm_engine not in ENGINES:
         raise UsageError(f"--llm_engine: one of {', '.join(ENGINES)}")
     if opts.llm_engine == "transformers" and not opts.model:
@@ -221,7 +221,6 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
 
         if not wordnet_available():
             raise UsageError("--positive_checks=wordnet needs WordNet (see README), or use --positive_checks=rules")
-    coco.check_file(opts.coco_captions)
 
 
 def _check_server(opts: HardposOptions) -> None:
@@ -262,13 +261,14 @@ def _has_chat_template(model: str | None) -> bool:
 def build_rewrites(pipeline: beam.Pipeline, opts: HardposOptions, spec: RewriteSpec):
     """The graph of one LLM table; returns its report counts. Step labels carry the table, so several of these
     run in one pipeline."""
-    read = coco.read_captions(pipeline, opts.coco_captions, spec.stage, spec.table, InputBounds.of(opts))
+    read = corpus.read_captions(pipeline, opts, spec.stage, spec.table, InputBounds.of(opts))
     parts = rewrite_parts(read["records"], pipeline, opts, spec)
-    # read = prompts per file + malformed caption records (each of those is one rejected letter)
-    units = (parts["units"], read[REJECTED] | f"RejectedFiles{spec.label}" >> beam.Map(lambda d: d["source_file"]))
+    # read = prompts per file + caption records that gave none (each of those is one dead letter)
+    units = (parts["units"], read[REJECTED] | f"RejectedFiles{spec.label}" >> beam.Map(lambda d: d["source_file"]),
+             read[DISCARDED] | f"DiscardedFiles{spec.label}" >> beam.Map(lambda d: d["source_file"]))
     written = {"rows": parts["rows"], "read": count_units(units, spec.label),
                REJECTED: (read[REJECTED], parts[REJECTED]) | f"AllRejected{spec.label}" >> beam.Flatten(),
-               DISCARDED: pipeline | f"NoDiscards{spec.label}" >> beam.Create([])} | \
+               DISCARDED: read[DISCARDED]} | \
         f"WriteTable{spec.label}" >> WriteTableOutputs(spec.stage, spec.table, spec.table, opts.output_dir,
                                                        opts.rows_per_shard, group=lambda r: (r[spec.kind_column],))
     captions = read["read"] | f"CaptionCounts{spec.label}" >> beam.Map(

@@ -15,6 +15,7 @@ from pipeline.perturb.generators import version
 from pipeline.perturb.neg_order import ARO_ORDER
 from pipeline.perturb.outcomes import Discard
 from pipeline.perturb.text import single_spaced
+from pipeline.records import CAPTION_FIELDS
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
 
 STAGE = TABLE = "order_eval"
@@ -31,8 +32,7 @@ class MakeOrderRows(CaptionRowsFn):
     def rows(self, record, doc):
         # The five options single-spaced alike: an option keeps the caption's spacing by position, so a double
         # space of the caption (296 of val2017's rows) stood in some options and not in others, a cue.
-        row = {k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                      "source_file")}
+        row = {k: record[k] for k in CAPTION_FIELDS if k != "caption"}
         row["caption"] = single_spaced(record["caption"])
         for name in ARO_ORDER:
             found = self.generators.order(name, doc, self.seed, record["example_id"], 1)
@@ -60,10 +60,11 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
-    """Progress totals: a record per caption annotation."""
-    from pipeline.sources import coco
+    """Progress totals: a record per caption (None where not known before reading the input)."""
+    from pipeline.sources import corpus
 
-    return {TABLE: (len(coco.caption_texts(opts.coco_captions)), "captions")}
+    captions = corpus.expected_records(opts)
+    return {TABLE: (captions, "captions") if captions is not None else None}
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:

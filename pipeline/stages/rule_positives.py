@@ -35,8 +35,9 @@ from pipeline.perturb.outcomes import Discard
 from pipeline.perturb.pos_replace import RULE_REPLACE
 from pipeline.perturb.positives import NO_CANDIDATE, OWN_CHECKS, RULE_POSITIVE_TYPES, VALIDATED_AS, \
     RulePositives, data_sha256, in_preference, version
+from pipeline.records import CAPTION_FIELDS
 
-ROW_FIELDS = ("example_id", "caption_id", "image_id", "file_name", "image_url", "source_file", "caption")
+ROW_FIELDS = CAPTION_FIELDS
 RECORD_FIELDS = (*ROW_FIELDS, "source", "source_index")
 UNITS, EMITTED = "units", "emitted"
 NO_RULE_POSITIVE = "no_rule_positive"

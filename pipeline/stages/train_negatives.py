@@ -12,11 +12,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
+from pipeline.llm.prompts import LLM_NEGATIVE_TYPES
 from pipeline.options import HardposOptions, UsageError, type_list
 from pipeline.perturb.generators import NEGATIVE_TYPES, RANKED, version
 from pipeline.perturb.outcomes import Discard
 from pipeline.perturb.rank import NgramScorer
-from pipeline.llm.prompts import LLM_NEGATIVE_TYPES
+from pipeline.records import CAPTION_FIELDS
 from pipeline.stages import llm_negatives
 from pipeline.stages.captions import CaptionRowsFn, WriteSamples, check_coco, make_rows
 
@@ -70,8 +71,7 @@ class MakeNegativeRows(CaptionRowsFn):
                 for index, choice in enumerate(choices):
                     candidate = choice.candidate
                     rows.append({
-                        **{k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                                  "source_file", "caption")},
+                        **{k: record[k] for k in CAPTION_FIELDS},
                         "hard_negative": candidate.text,
                         "negative_type": negative_type,
                         "negative_index": index,
@@ -144,14 +144,15 @@ def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def expected_units(opts: HardposOptions) -> dict[str, tuple]:
-    """Progress totals: a record per caption annotation; an LLM negative table, a prompt per (caption, type)."""
-    from pipeline.sources import coco
+    """Progress totals: a record per caption; an LLM negative table, a prompt per (caption, type) (None where
+    the input's size is not known before reading it)."""
+    from pipeline.sources import corpus
 
-    captions = coco.caption_texts(opts.coco_captions)
-    found = {TABLE: (len(captions), "captions")} if rule_types(opts) else {}
+    captions = corpus.expected_records(opts)
+    found = {TABLE: (captions, "captions") if captions is not None else None} if rule_types(opts) else {}
     if llm_negatives.llm_types(negative_types(opts)):
-        prompts = len(captions) * len(llm_negatives.llm_types(negative_types(opts)))
-        found[llm_negatives.TABLE] = (prompts, "prompts", prompts)
+        prompts = None if captions is None else captions * len(llm_negatives.llm_types(negative_types(opts)))
+        found[llm_negatives.TABLE] = (prompts, "prompts", prompts) if prompts is not None else None
     return found
 
 

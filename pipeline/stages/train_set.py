@@ -25,7 +25,8 @@ from pipeline.io.report import table_report
 from pipeline.io.schema import load_schema
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Discard
-from pipeline.sources import coco
+from pipeline.records import CAPTION_FIELDS
+from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 from pipeline.stages import hard_positives, llm_negatives, train_negatives
 
@@ -72,8 +73,7 @@ class _Join(beam.DoFn):
                     record))
                 continue
             yield {
-                **{k: record[k] for k in ("example_id", "caption_id", "image_id", "file_name", "image_url",
-                                          "source_file", "caption")},
+                **{k: record[k] for k in CAPTION_FIELDS},
                 "hard_positive": positive["hard_positive"],
                 "positive_type": positive["positive_type"],
                 "hard_negative": negative["hard_negative"],
@@ -143,9 +143,9 @@ def tables(opts: HardposOptions) -> list[str]:
 
 
 def check_inputs(opts: HardposOptions) -> None:
-    if not opts.coco_captions:
-        raise UsageError("--stage=train_set needs --coco_captions=FILE (the captions the other tables were made from)")
-    coco.check_file(opts.coco_captions)
+    from pipeline.stages.captions import check_captions
+
+    check_captions(opts)  # the captions the other tables were made from
     hard_positives.positive_types(opts)
     train_negatives.negative_types(opts)
     for flag, folder, table in _inputs(opts):
@@ -203,7 +203,7 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 
 
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
-    read = coco.read_captions(pipeline, opts.coco_captions, STAGE, TABLE, InputBounds.of(opts))
+    read = corpus.read_captions(pipeline, opts, STAGE, TABLE, InputBounds.of(opts))
     by_id = lambda label, pcoll: pcoll | label >> beam.Map(lambda r: (r["example_id"], r))  # noqa: E731
     joined = ({"caption": by_id("KeyCaptions", read["records"]), "positive": by_id("KeyPositives", positives),
                "negative": by_id("KeyNegatives", negatives)}
@@ -211,7 +211,8 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
     built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
                                                          train_negatives.negative_types(opts), opts.seed)).with_outputs(
         DISCARDED, JOINED_COUNTS, main="rows")
-    written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: built[DISCARDED]} | \
+    discarded = (read[DISCARDED], built[DISCARDED]) | "AllDiscarded" >> beam.Flatten()
+    written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: discarded} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
                                           group=lambda r: (r["positive_type"], r["negative_type"]),
                                           row_counts=Separability(opts.seed))
@@ -221,8 +222,9 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
 
 
 def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
-    """Progress totals: a record per caption annotation."""
-    return {TABLE: (len(coco.caption_texts(opts.coco_captions)), "captions")}
+    """Progress totals: a record per caption (None where not known before reading the input)."""
+    captions = corpus.expected_records(opts)
+    return {TABLE: (captions, "captions") if captions is not None else None}
 
 
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
