@@ -2,12 +2,22 @@
 and WiSE-FT patching."""
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import as_main, run_without_pipeline, write_run_folder
-from image_fixtures import corrupt_jpeg, jpeg
+from conftest import as_main, run_without_pipeline
+from train_fixtures import (  # noqa: F401 (one_thread: an autouse fixture)
+    BATCH,
+    CORRUPT,
+    MISSING,
+    N_ROWS,
+    STEPS,
+    log_records,
+    make_train_data,
+    one_thread,
+    run_args,
+    weights,
+)
 
 from pipeline.train import finetune, patching
 from pipeline.train.clip import create, import_open_clip
@@ -16,61 +26,10 @@ from pipeline.train.losses import LossConfig
 
 import_open_clip()  # never `import open_clip` directly: see pipeline/torchvision_compat.py
 
-N_ROWS, BATCH, STEPS = 24, 8, 8  # 3 steps per epoch: 8 steps cross two epoch boundaries
-MISSING, CORRUPT = {5, 17}, {11}  # rows whose image file is absent / undecodable
-COLORS = ["red", "blue", "green", "yellow", "black", "white"]
-THINGS = ["dog", "cat", "car", "bird"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # The tiny model's ops are too small to gain from threads; on a shared 2-core machine they only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def train_row(i: int) -> dict:
-    color, thing = COLORS[i % 6], THINGS[i % 4]
-    return {"example_id": f"ex{i:03d}", "caption_id": 1000 + i, "image_id": i, "file_name": f"{i:012d}.jpg",
-            "image_url": None, "source_file": "captions_train2017.json",
-            "caption": f"a {color} {thing} next to a tree number {i}",
-            "hard_positive": f"next to a tree a {color} {thing} number {i}",
-            "positive_type": "swap" if i % 3 == 0 else "replace",
-            "hard_negative": f"a {thing} next to a {color} tree number {i}", "negative_type": "replace",
-            "positive_generator": None, "positive_model": "test", "positive_prompt_sha256": "0" * 64,
-            "negative_generator": "replace/1",
-            "seed": 0}
-
 
 @pytest.fixture(scope="module")
 def train_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train_data")
-    images = root / "coco" / "train2017"  # ImageLookup finds file_name under COCO's train2017/
-    images.mkdir(parents=True)
-    for i in range(N_ROWS):
-        if i in CORRUPT:
-            (images / train_row(i)["file_name"]).write_bytes(corrupt_jpeg(i)[:200])
-        elif i not in MISSING:
-            (images / train_row(i)["file_name"]).write_bytes(jpeg(i, (40, 36)))
-    write_run_folder(root / "run", "train", [train_row(i) for i in range(N_ROWS)])
-    return SimpleNamespace(data=root / "run", images=root / "coco")
-
-
-def run_args(data, out, *extra):
-    # the fixture leaves 3 of its 24 rows without a usable image on purpose: allow them (up to 3 of a batch of 8)
-    return [f"--data={data.data}", f"--images={data.images}", f"--out={out}", "--model=hardpos-tiny", "--pretrained=",
-            "--lr=1e-3", "--warmup_steps=2", f"--batch_size={BATCH}", "--log_every=100", "--max_missing_images=0.4",
-            *extra]
-
-
-def log_records(out):
-    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-
-
-def weights(path):
-    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+    return make_train_data(tmp_path_factory.mktemp("train_data"))
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +110,7 @@ def test_resume_from_a_mid_run_checkpoint_ends_with_the_same_weights(train_data,
     # run B goes past its step-4 checkpoint and stops at 6 (as if killed); resuming from step 4 must redo 5..8
     assert finetune.main(run_args(train_data, tmp_path, "--max_steps=6", "--save_every=4")) == 0
     checkpoint = tmp_path / "checkpoints" / "step_4.pt"
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)  # tensors and plain values only
     assert {"model", "optimizer", "scheduler", "scaler", "step", "epoch", "rng", "args"} <= set(saved)
     assert (saved["step"], saved["epoch"]) == (4, 1)
     assert finetune.main(run_args(train_data, tmp_path, f"--max_steps={STEPS}", "--save_every=4",

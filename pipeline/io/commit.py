@@ -28,28 +28,24 @@ never touched: stages sharing an output folder keep each other's tables and repo
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import posixpath
 import signal
-import socket
-import stat
 import sys
 import threading
-import time
 import uuid
 from contextlib import contextmanager
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.folder_lock import LOCK_FILE, LockRefused, held_by_another, holder_record, lock_local
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.report import format_markdown, merge_reports, read_json, write_json
 from pipeline.options import UsageError
 from pipeline.tables.folders import COMMIT_FILE, REPORT_FILE, STAGING_MARK, STAGING_PREFIX, local_staging_folders
 from pipeline.tables.shards import SHARD_NAME, shard_glob
 
-LOCK_FILE = ".hardpos.lock"
 DAMAGED_PREFIX = ".damaged-"  # a staging folder whose commit record cannot be read, set aside
 REPLACED_PREFIX = ".replaced-"  # inside the staging folder: a table folder moved aside, deleted at the end
 REPORT_MD = REPORT_FILE.removesuffix(".json") + ".md"
@@ -72,69 +68,24 @@ def _pid_alive(pid: int) -> bool:
 
 class FolderLock:
     """`with FolderLock(folder, stage):` holds <folder>/.hardpos.lock, creating the folder; UsageError (one line)
-    when another run holds it, or when the folder cannot be written (a file, read-only): so before any compute."""
+    when another run holds it, or when the folder cannot be written (a file, read-only): so before any compute.
+    A local folder's lock is pipeline/folder_lock.py's, the trainer's too."""
 
     def __init__(self, folder: str, stage: str, flag: str = "--output_dir"):
         self.folder, self.stage, self.flag = folder, stage, flag
         self.path = FileSystems.join(folder, LOCK_FILE)
         self._fd = None
-        self.holder = {"pid": os.getpid(), "host": socket.gethostname(), "stage": stage,
-                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-    def _refuse(self, holder: dict, hint: str = ""):
-        who = f"stage {holder.get('stage')}, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
-        return UsageError(f"{self.flag}={self.folder} is being written by another run ({who}); wait for it to end "
-                          f"or choose another folder{hint}")
-
-    def _unwritable(self, e: OSError):
-        if isinstance(e, (FileExistsError, NotADirectoryError)) or (os.path.exists(self.folder)
-                                                                     and not os.path.isdir(self.folder)):
-            return UsageError(f"{self.flag}={self.folder} is a file, not a folder")
-        return UsageError(f"{self.flag}={self.folder}: cannot write there ({e.strerror or e})")
-
-    def _not_own(self, what: str):
-        return UsageError(f"{self.flag}={self.folder}: {LOCK_FILE} there {what}, which hardpos did not make and "
-                          f"will not write through; remove it")
+        self.holder = holder_record(stage)
 
     def __enter__(self):
         if is_local(self.folder):
-            self._lock_local()
+            try:
+                self._fd = lock_local(self.folder, self.holder, self.flag)
+            except LockRefused as e:
+                raise UsageError(str(e)) from None
         else:
             self._lock_remote()
         return self
-
-    def _lock_local(self):
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            # O_NOFOLLOW: a link planted at the lock's path would have its target overwritten with our pid
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            if os.path.islink(self.path):
-                raise self._not_own(f"is a symbolic link (to {os.readlink(self.path)})") from None
-            raise self._unwritable(e) from None
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:  # a hard link's other names would change too
-            os.close(fd)
-            raise self._not_own("is not a plain file of its own (a hard link or a device)")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "{}")
-            except ValueError:
-                holder = {}
-            os.close(fd)
-            raise self._refuse(holder) from None
-        try:  # the folder may allow opening an existing lock file but not creating files
-            probe = os.path.join(self.folder, f".hardpos-write-test-{uuid.uuid4().hex[:8]}")
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            os.remove(probe)
-        except OSError as e:
-            os.close(fd)
-            raise self._unwritable(e) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(self.holder).encode("utf-8"), 0)
-        self._fd = fd  # never unlinked: unlinking a flock file lets two runs lock two different files
 
     def _lock_remote(self):
         if FileSystems.exists(self.path):
@@ -144,7 +95,8 @@ class FolderLock:
                 holder = {}
             stale = holder.get("host") == self.holder["host"] and not _pid_alive(int(holder.get("pid", 0) or 0))
             if not stale:
-                raise self._refuse(holder, f"; if that run is gone, delete {self.path}")
+                raise UsageError(held_by_another(self.flag, self.folder, holder,
+                                                 f"; if that run is gone, delete {self.path}"))
         try:
             write_json(self.path, self.holder)
         except Exception as e:  # FileSystems wraps the remote errors

@@ -119,12 +119,18 @@ def is_url(root: str) -> bool:
     return root.startswith(URL_SCHEMES)
 
 
+def leads_outside(image_path: str) -> bool:
+    """Whether a path that a table or an evaluation file names leads outside the folder it is read under, whatever
+    that folder: absolute, a ".." part, a drive or URL scheme."""
+    parts = image_path.replace("\\", "/").split("/")
+    return image_path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]
+
+
 def vg_url(image_root: str, image_path: str) -> str | None:
     """A Visual Genome image_path under --image_root: a URL prefix, or a local folder as a file:// URL
     (img2dataset fetches with urllib, which reads file:// URLs, so local images give the same shards). None when
     the path leads outside the root (absolute, "..", a link out of a local root)."""
-    parts = image_path.replace("\\", "/").split("/")
-    if image_path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+    if leads_outside(image_path):
         return None
     if is_url(image_root):
         return image_root.rstrip("/") + "/" + quote(image_path, safe="/")

@@ -2,7 +2,8 @@
 
 `--model` is an open_clip architecture name (ViT-B-32, ...) or `hardpos-tiny` (model_configs/: a 3M-parameter
 config for tests and smoke runs); `--pretrained` is an open_clip tag (openai, laion2b_s34b_b79k, ...), a
-checkpoint path (ours or open_clip's), or empty for random weights.
+checkpoint path (ours or open_clip's), or empty for random weights. Checkpoint files are loaded with torch's
+weights_only: tensors and plain values, never pickled code, which a checkpoint from elsewhere may hold.
 
 torchvision comes through pipeline/torchvision_compat.py, which imports a CUDA build of it on CPU-only machines
 (without its compiled ops, which CLIP never uses).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from pathlib import Path
 
 from pipeline.torchvision_compat import import_torchvision
@@ -26,6 +28,11 @@ class TrainDependencyMissing(RuntimeError):
 class UsageError(ValueError):
     """A bad flag or input path of the train/evaluate/patching CLIs: reported as one line naming it, exit 2.
     (Not pipeline.options.UsageError: that module imports Beam, which train/ does not need.)"""
+
+
+class CheckpointError(UsageError):
+    """A checkpoint file that cannot be loaded safely (empty, damaged, foreign, holding more than tensors and plain
+    values): one line naming the file; the CLIs put the flag that gave it first."""
 
 
 def import_open_clip():
@@ -101,17 +108,54 @@ def uses_quick_gelu(clip) -> bool:
     return any(type(m).__name__ == "QuickGELU" for m in clip.modules())
 
 
-def read_checkpoint(path: str) -> dict:
-    """Our checkpoints ({"model": state_dict, "quick_gelu", ...}) or a bare state dict / open_clip checkpoint,
-    as {"model": state_dict, ...}."""
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """`Type: message` on one line (torch's messages run over several), at most `limit` characters."""
+    text = " ".join(str(e).split())
+    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def load_checkpoint_file(path: str, mmap: bool = False):
+    """What torch.save wrote to `path`, loaded with weights_only=True: tensors, containers and plain values, never
+    code (a pickled os.system is refused, not run). CheckpointError, one line, for anything else: an empty,
+    truncated, foreign or hostile file. mmap: tensors are mapped, not read (zip checkpoints; others are read)."""
+    import pickle
+    import zipfile
+
     import torch
 
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    if Path(path).stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        if found:
+            raise CheckpointError(f"checkpoint {path} holds a pickled {found[1]}, not only tensors and plain values: "
+                                  f"refused, as loading it could run code") from None
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
+        raise CheckpointError(f"checkpoint {path} is damaged or not a torch checkpoint (its pickle does not parse: "
+                              f"{detail[1] if detail else one_line(e)})") from None
+    except Exception as e:  # noqa: BLE001 - a damaged file's bytes raise any kind: EOFError, MemoryError, RuntimeError
+        raise CheckpointError(f"checkpoint {path} is damaged or not a torch checkpoint ({one_line(e)})") from None
+
+
+def read_checkpoint(path: str, mmap: bool = False) -> dict:
+    """Our checkpoints ({"model": state_dict, "quick_gelu", ...}) or a bare state dict / open_clip checkpoint,
+    as {"model": state_dict, ...}, loaded safely (load_checkpoint_file). CheckpointError when it holds no state
+    dict of named tensors."""
+    import torch
+
+    state = load_checkpoint_file(path, mmap)
     if isinstance(state, dict) and "model" in state:
         checkpoint = dict(state)
     elif isinstance(state, dict) and "state_dict" in state:
         checkpoint = {"model": state["state_dict"]}
     else:
         checkpoint = {"model": state}
-    checkpoint["model"] = {k.removeprefix("module."): v for k, v in checkpoint["model"].items()}
+    weights = checkpoint["model"]
+    if not isinstance(weights, dict) or not weights or \
+            not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
+        raise CheckpointError(f"checkpoint {path} holds no state dict (names -> tensors) of a model")
+    checkpoint["model"] = {k.removeprefix("module."): v for k, v in weights.items()}
     return checkpoint

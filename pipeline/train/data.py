@@ -3,8 +3,8 @@
 Rows come from `load_table(--data, "train")` (a run folder, a published folder or a Hub repository), kept when
 their positive_type / negative_type is in --positive_types / --negative_types; images from
 `ImageLookup(--images)` (the images stage's shards or a local COCO folder). A row whose image is missing,
-unreadable or too large to decode (pixels x channels past the bound, read from its header) is dropped from its
-batch and counted by reason, never an error.
+unreadable, too large to decode (pixels x channels past the bound, read from its header) or named outside --images
+(absolute, "..") is dropped from its batch and counted by reason, never an error.
 
 Determinism (what makes `--resume` exact): the order of an epoch is a permutation drawn from (seed, epoch); a
 step's batch is fixed by its index, so a resumed run starts at the right batch without replaying the earlier
@@ -92,12 +92,14 @@ class TrainDataset:
     def __getitem__(self, key: tuple[int, int]) -> dict:
         import torch
 
-        from pipeline.train.images import ImageMissing
+        from pipeline.train.images import ImageMissing, ImageOutsideRoot
 
         epoch, i = key
         row = self.table[int(self.indices[i])]
         try:
             image = self.lookup()(row, crop=False)
+        except ImageOutsideRoot:  # never opened
+            return {"skip": "path outside image root", "example_id": row["example_id"]}
         except ImageMissing:
             return {"skip": "image missing", "example_id": row["example_id"]}
         except ImageTooLarge:  # never decoded: its header says it holds more than the bound

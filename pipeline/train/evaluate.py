@@ -132,6 +132,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             raise UsageError(f"--{flag} must be >= {minimum}, got {value}")
     if args.seed >= 2**63:  # numpy's and torch's generators take 64 bits
         raise UsageError(f"--seed must be < 2**63, got {args.seed}")
+    check_out(args.out)
     if args.tables is None:
         args.table_list, args.tables_explicit = list(TABLES), False
     else:
@@ -165,6 +166,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def check_out(out: str) -> None:
+    """A pipeline run's folder (its report.json) is not the evaluator's to write in: report.md, the multi-suite
+    run's report, would replace the run's own."""
+    from pipeline.tables.folders import REPORT_FILE
+
+    if (Path(out) / REPORT_FILE).is_file():
+        raise UsageError(f"--out={out} holds a pipeline run ({REPORT_FILE}), whose files the evaluator's would "
+                         f"replace or mix with; choose another folder")
+
+
 # ---------------------------------------------------------------------------------------------------- inputs
 
 def load_rows(args) -> tuple[dict[str, list[dict]], list[str]]:
@@ -193,12 +204,18 @@ def load_rows(args) -> tuple[dict[str, list[dict]], list[str]]:
 
 
 def check_pretrained(model: str, pretrained: str) -> None:
-    from pipeline.train.clip import import_open_clip
+    from pipeline.train.clip import CheckpointError, import_open_clip, read_checkpoint
 
     open_clip = import_open_clip()
     if model not in open_clip.list_models():
         raise UsageError(f"--model: unknown open_clip model {model!r} (e.g. ViT-B-32, hardpos-tiny)")
-    if not pretrained or Path(pretrained).is_file():
+    if not pretrained:
+        return
+    if Path(pretrained).is_file():
+        try:  # read now (tensors mapped, not read), so that a bad file stops the run before any model is scored
+            read_checkpoint(pretrained, mmap=True)
+        except CheckpointError as e:
+            raise UsageError(f"--pretrained: {e}") from None
         return
     tags = open_clip.list_pretrained_tags_by_model(model)
     if pretrained in tags:
@@ -431,16 +448,16 @@ def load_model(model: str, pretrained: str, device: str, precision: str, seed: i
     """(clip, eval transform, tokenizer); a weight problem is one UsageError line naming --pretrained."""
     import torch
 
-    from pipeline.train.clip import create
+    from pipeline.train.clip import CheckpointError, create, one_line
 
     torch.manual_seed(seed)  # random-init runs (smoke tests) are reproducible
     try:
         clip, _, transform, tokenizer = create(model, pretrained, device,
                                                "fp32" if precision.startswith("amp") else precision)
+    except CheckpointError as e:
+        raise UsageError(f"--pretrained: {e}") from None
     except (RuntimeError, OSError, KeyError) as e:  # download refused, wrong checkpoint for the architecture
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UsageError(f"--pretrained={pretrained}: cannot load weights for {model}: "
-                         f"{type(e).__name__}: {first}") from None
+        raise UsageError(f"--pretrained={pretrained}: cannot load weights for {model}: {one_line(e)}") from None
     return clip, transform, tokenizer
 
 

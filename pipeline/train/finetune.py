@@ -13,10 +13,13 @@ logit scale). The hard-positive weight is 1 as in SVLC (its positive loss is add
 what Table 3 sweeps.
 
 Outputs under --out: checkpoints/step_N.pt and checkpoints/latest.pt every --save_every steps and at the last
-step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped}, written atomically), final.pt
-({"model": state_dict}, loadable by pipeline.train.clip.create(model, path)), log.jsonl (every step: each loss
-term, total, lr, batch size) and summary.json (rows read/kept, images skipped by reason, steps, images per second over
-the run and after its first WARMUP_STEPS_UNTIMED steps).
+step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped}, written atomically and in forms
+torch.load(weights_only=True) reads: pipeline/train/checkpoint.py), final.pt ({"model": state_dict}, loadable by
+pipeline.train.clip.create(model, path)), log.jsonl (every step: each loss term, total, lr, batch size) and
+summary.json (rows read/kept, images skipped by reason, steps, images per second over the run and after its first
+WARMUP_STEPS_UNTIMED steps). The run holds --out's lock (.hardpos.lock), so a second trainer into the folder is
+refused; it stops (exit 1, no checkpoint of them) when the loss or the weights after an update are not finite,
+and when --out's disk is full, leaving nothing partial.
 
 --resume PATH|latest continues exactly: weights, optimizer, schedule, RNG and data position (a step's batch and
 each row's augmentation on (seed, epoch, example_id), see data.py), so a resumed run ends with the weights an
@@ -30,28 +33,46 @@ Data loading runs in the training process by default (--workers 0); with --worke
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
-import random
 import sys
 import time
 from collections import Counter
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from pipeline.folder_lock import LockRefused, holder_record, lock_local
+from pipeline.train.checkpoint import (
+    atomic_save,
+    check_resume_args,
+    link_latest,
+    prune_checkpoints,
+    read_training_checkpoint,
+    remove_partial_files,
+    restore,
+    resume_path,
+    rng_state,
+    seed_everything,
+)
 from pipeline.train.clip import UsageError, uses_quick_gelu
 
 DEFAULT_MODEL = "ViT-B-32"  # with --pretrained=openai, clip.create builds it with QuickGELU, as those weights need
 PRECISIONS = ("amp", "amp_bf16", "fp32")
-# Resuming with a different value of these would change which rows a step sees or the schedule's length.
-SAME_ON_RESUME = ("model", "seed", "batch_size", "epochs", "positive_types", "negative_types")
-NOT_COMPARED = ("resume", "max_steps", "save_every", "log_every", "workers", "keep_checkpoints", "out", "device",
-                "images", "pretrained")
+# Checked finite and >= 0 before anything loads (--max_missing_images and --fsc_smoothing have ranges of their own).
+FLOAT_FLAGS = ("lr", "weight_decay", "hn_weight", "hp_weight", "fsc_gamma", "fsc_local_weight", "grad_clip_norm")
+FLOAT32_MAX = 3.4028234663852886e38
+# A write into --out that fails for want of room: one line, exit 1 (atomic_save leaves nothing partial).
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class TrainingDiverged(RuntimeError):
     pass
+
+
+class OutputNotWritten(RuntimeError):
+    """--out ran out of room (disk full, quota): the run stops with one line."""
 
 
 # Steps of a run left out of its steady-state rate: the first ones pay for kernel selection and loader start-up (on
@@ -70,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="The train table: a run folder, a published folder or a Hub repo.")
     p.add_argument("--images", required=True,
                    help="Images: --stage=images output (index/ + shards/) or a folder with COCO's train2017/.")
-    p.add_argument("--out", required=True, help="Output folder (checkpoints/, final.pt, log.jsonl, summary.json).")
+    p.add_argument("--out", required=True, help="Output folder (checkpoints/, final.pt, log.jsonl, summary.json); one "
+                                                "run at a time (a second trainer into it is refused).")
     p.add_argument("--model", default=DEFAULT_MODEL, help="open_clip architecture, or hardpos-tiny for tests.")
     p.add_argument("--pretrained", default=None,
                    help="open_clip tag (openai, ...), a checkpoint path, or empty for random weights (default: openai "
@@ -127,9 +149,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for flag in ("warmup_steps", "workers", "save_every", "keep_checkpoints", "max_steps"):
         if getattr(args, flag) is not None and getattr(args, flag) < 0:
             raise UsageError(f"--{flag}: must be >= 0, got {getattr(args, flag)}")
-    for flag in ("lr", "weight_decay", "hn_weight", "hp_weight", "fsc_gamma", "fsc_local_weight"):
-        if getattr(args, flag) < 0:
-            raise UsageError(f"--{flag}: must be >= 0, got {getattr(args, flag)}")
+    for flag in FLOAT_FLAGS:  # nan fails the range (every comparison with it is false); an infinite --lr left
+        # every weight non-finite, and one past float32's range made AdamW's step raise
+        value = getattr(args, flag)
+        if value is not None and not 0 <= value <= FLOAT32_MAX:
+            raise UsageError(f"--{flag}: must be a finite number >= 0 (as a 32-bit float, which training computes "
+                             f"in), got {value}")
     if not 0 <= args.max_missing_images <= 1:
         raise UsageError(f"--max_missing_images: must be in [0, 1], got {args.max_missing_images}")
     if not 0 <= args.fsc_smoothing < 1:
@@ -159,17 +184,19 @@ def loss_config(args):
 # ------------------------------------------------------------------------------------------------- the model
 
 
-def load_model(name: str, pretrained: str, device: str = "cpu"):
-    """pipeline.train.clip.create, its failures (unknown model, weights not downloadable or not matching) as
-    one-line flag errors."""
-    from pipeline.train.clip import create
+def load_model(name: str, pretrained: str, device: str = "cpu", flag: str = "--pretrained"):
+    """pipeline.train.clip.create, its failures (unknown model, a checkpoint that cannot be read, weights not
+    downloadable or not matching) as one-line errors naming `flag`, the flag that gave `pretrained`."""
+    from pipeline.train.clip import CheckpointError, create, one_line
 
     try:
         return create(name, pretrained, device=device)
+    except CheckpointError as e:
+        raise UsageError(f"{flag}: {e}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
     except RuntimeError as e:
-        raise UsageError(f"--pretrained: {pretrained!r} for --model {name}: {e}") from None
+        raise UsageError(f"{flag}: {pretrained!r} for --model {name}: {one_line(e)}") from None
 
 
 def check_model(model, config) -> None:
@@ -327,111 +354,56 @@ def autocast_for(precision: str, device):
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
-# ----------------------------------------------------------------------------------------------- checkpoints
+# ------------------------------------------------------------------------------------------- the out folder
 
 
-def rng_state() -> dict:
-    import numpy as np
-    import torch
-
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def atomic_save(obj, path: Path) -> None:
-    import torch
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def link_latest(path: Path) -> None:
-    """checkpoints/latest.pt -> `path`, atomically; a hard link where the filesystem allows (no second copy)."""
-    import shutil
-
-    latest = path.with_name("latest.pt")
-    tmp = path.with_name(".latest.pt.tmp")
-    tmp.unlink(missing_ok=True)
+@contextmanager
+def out_lock(out: str):
+    """--out's lock (pipeline/folder_lock.py) for the whole run: a second trainer into the folder would interleave
+    its log with this one's and write over its checkpoints. It is refused with one line before anything loads."""
     try:
-        os.link(path, tmp)
-    except OSError:
-        shutil.copyfile(path, tmp)
-    os.replace(tmp, latest)
+        fd = lock_local(out, holder_record("finetune"), "--out")
+    except LockRefused as e:
+        raise UsageError(str(e)) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
-def prune_checkpoints(folder: Path, keep: int) -> None:
-    if keep <= 0:
-        return
-    steps = sorted(folder.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    for old in steps[:-keep]:
-        old.unlink()
-
-
-def resume_path(args) -> Path | None:
-    if not args.resume:
-        return None
-    if args.resume == "latest":
-        latest = Path(args.out) / "checkpoints" / "latest.pt"
-        if not latest.is_file():
-            print(f"--resume latest: no {latest}; starting from the beginning")
-            return None
-        return latest
-    path = Path(args.resume)
-    if not path.is_file():
-        raise UsageError(f"--resume: no such checkpoint {args.resume}")
-    return path
-
-
-def check_resume_args(saved: dict, args, rows_kept: int) -> None:
-    if saved["rows_kept"] != rows_kept:
-        raise UsageError(f"--data: {rows_kept:,} rows kept but the checkpoint was trained on {saved['rows_kept']:,}; "
-                         f"a resumed run must see the same rows")
-    saved = saved["args"]
-    for key in SAME_ON_RESUME:
-        if saved.get(key) != getattr(args, key):
-            raise UsageError(f"--{key}: {getattr(args, key)!r} but the checkpoint was trained with {saved.get(key)!r}; "
-                             f"a resumed run must keep it")
-    changed = [k for k in vars(args) if k not in SAME_ON_RESUME + NOT_COMPARED and saved.get(k) != getattr(args, k)]
-    if changed:
-        print("note: resuming with changed " + ", ".join(f"--{k} {saved.get(k)!r} -> {getattr(args, k)!r}"
-                                                      for k in changed))
+@contextmanager
+def disk_full_is_one_line(out: str):
+    """A full disk (or quota) while --out is written ends the run with one line (OutputNotWritten, exit 1)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        raise OutputNotWritten(f"--out={out}: {e.strerror}; no partial file is left there and checkpoints/latest.pt "
+                               f"(if any) is whole: make room and go on with --resume=latest") from None
 
 
 def truncate_log(path: Path, step: int) -> None:
-    """Drop log lines for steps after `step` (a run that went on past its last checkpoint before stopping)."""
+    """Drop log lines for steps after `step` (a run that went on past its last checkpoint before stopping), and a
+    line that a kill or a full disk cut short."""
     if not path.is_file():
         return
-    lines = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in lines))
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and type(record.get("step")) is int and record["step"] <= step:
+            kept.append(line)
+    path.write_text("".join(line + "\n" for line in kept))
 
 
 # ------------------------------------------------------------------------------------------------ training
 
 
 def train(args) -> dict:
+    """The run; main holds --out's lock around it (out_lock)."""
     import torch
 
     from pipeline.train.data import (
@@ -445,6 +417,11 @@ def train(args) -> dict:
 
     device = torch.device(args.device)
     config = loss_config(args)
+    out = Path(args.out)
+    for path in remove_partial_files(out):
+        print(f"removed {path}, left by a save that was cut short")
+    resume = resume_path(args)
+    state = read_training_checkpoint(resume) if resume is not None else None  # before the data and model load
     try:
         table, indices, counts = load_rows(args.data, type_filter("--positive_types", args.positive_types),
                                            type_filter("--negative_types", args.negative_types))
@@ -455,10 +432,8 @@ def train(args) -> dict:
         raise UsageError(f"--batch_size: {args.batch_size} is more than the {len(indices)} rows kept")
     total_steps = steps_per_epoch * args.epochs
     stop = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
-    out = Path(args.out)
     checkpoints = out / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
-    resume = resume_path(args)
 
     seed_everything(args.seed)
     model, train_transform, _, tokenizer = load_model(args.model, args.pretrained, args.device)
@@ -473,16 +448,11 @@ def train(args) -> dict:
     autocast = autocast_for(args.precision, device)
     step, skipped, skipped_ids = 0, Counter(), []
     log_path = out / "log.jsonl"
-    if resume is not None:
-        state = torch.load(resume, map_location="cpu", weights_only=False)
+    if state is not None:
         check_resume_args(state, args, len(indices))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
+        restore(state, resume, model, optimizer, scheduler, scaler)
         step, skipped = state["step"], Counter(state["skipped"])
-        set_rng_state(state["rng"])
+        del state  # its tensors are copied into the model and optimizer
         truncate_log(log_path, step)
         print(f"resumed from {resume} at step {step}")
     else:
@@ -527,8 +497,14 @@ def train(args) -> dict:
                 if batch["size"]:
                     terms = train_step(model, batch, config, device, autocast, optimizer, scaler, args.grad_clip_norm)
                     if not math.isfinite(terms["total"]) and scaler is None:  # fp16: GradScaler skips the step
-                        raise TrainingDiverged(f"loss is not finite at step {step + 1} ({terms}); lower --lr, or "
-                                               f"resume from {checkpoints / 'latest.pt'} with other settings")
+                        raise TrainingDiverged(f"loss is not finite at step {step + 1} ({terms}); "
+                                               f"{diverged_hint(checkpoints)}")
+                    # a finite loss can still give gradients or an update that overflow the weights
+                    diverged = non_finite_parameters(model)
+                    if diverged:
+                        raise TrainingDiverged(f"{len(diverged)} weight tensors are not finite after step {step + 1} "
+                                               f"(e.g. {diverged[0]}), so no checkpoint of it is written; "
+                                               f"{diverged_hint(checkpoints)}")
                     record.update(terms)
                     images_trained += batch["size"]
                 scheduler.step()
@@ -591,6 +567,21 @@ def check_missing_images(batch: dict, step: int, missing_so_far: int, asked_so_f
                             f"image (e.g. {examples or 'see summary'}); check --images, or allow more")
 
 
+def diverged_hint(checkpoints: Path) -> str:
+    latest = checkpoints / "latest.pt"
+    where = f"resume from {latest}" if latest.is_file() else "start again"
+    return f"lower --lr or the loss weights, or {where} with other settings"
+
+
+def non_finite_parameters(model) -> list[str]:
+    """Names of the parameters holding a NaN or an infinity (one device sync for all of them)."""
+    import torch
+
+    named = list(model.named_parameters())
+    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()
+    return [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
+
+
 def train_step(model, batch, config, device, autocast, optimizer, scaler, grad_clip_norm) -> dict[str, float]:
     import torch
 
@@ -621,11 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import_open_clip()  # torch, torchvision, open_clip, or one line naming the extra to install
         args = parse_args(argv)
-        train(args)
+        with out_lock(args.out), disk_full_is_one_line(args.out):
+            train(args)
     except (UsageError, TrainDependencyMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (TrainingDiverged, ImagesMissing) as e:
+    except (TrainingDiverged, ImagesMissing, OutputNotWritten) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -4,14 +4,16 @@
 - a local folder: Visual Genome rows by their image_path under it (VG_100K/2400041.jpg), COCO rows by their
   file_name (also under train2017/ or val2017/ when the folder is COCO's root).
 SWAP rows carry ARO's box: `crop=True` gives the box region, as ARO evaluates.
-Either way an image is measured from its header before it is decoded (pipeline/publish/images.py open_bounded):
-one past max_pixel_values is ImageTooLarge, a box that misses the image BadBox.
+A path that leads outside the local folder (absolute, "..") is refused unread (ImageOutsideRoot), as the images
+stage refuses it. Either way an image is measured from its header before it is decoded
+(pipeline/publish/images.py open_bounded): one past max_pixel_values is ImageTooLarge, a box that misses the
+image BadBox.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, open_bounded, open_images
+from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, leads_outside, open_bounded, open_images
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
@@ -19,6 +21,11 @@ COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
 
 class ImageMissing(LookupError):
     pass
+
+
+class ImageOutsideRoot(ImageMissing):
+    """The row names a path outside the images folder (absolute, ".."): never opened. Links inside the folder are
+    followed, as a user's own (COCO's train2017/ is often a link to shared storage)."""
 
 
 class ImageLookup:
@@ -31,11 +38,13 @@ class ImageLookup:
             self.shards = open_images(str(self.root), max_pixel_values=max_pixel_values)
 
     def _path(self, row: dict) -> Path:
-        names = []
-        if row.get("image_path"):
-            names.append(row["image_path"])
-        if row.get("file_name"):
-            names += [str(Path(folder, row["file_name"])) for folder in COCO_SPLIT_FOLDERS]
+        image_path, file_name = (str(row[c]) if row.get(c) else "" for c in ("image_path", "file_name"))
+        outside = next((name for name in (image_path, file_name) if name and leads_outside(name)), None)
+        if outside:
+            raise ImageOutsideRoot(f"{row.get('example_id')}: {outside!r} leads outside {self.root}; not opened")
+        names = [image_path] if image_path else []
+        if file_name:
+            names += [str(Path(folder, file_name)) for folder in COCO_SPLIT_FOLDERS]
         for name in names:
             path = self.root / name
             if path.is_file():

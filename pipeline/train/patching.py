@@ -13,8 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipeline.train.checkpoint import atomic_save
 from pipeline.train.clip import UsageError
-from pipeline.train.finetune import atomic_save, load_model
+from pipeline.train.finetune import load_model
 
 
 def patch(pretrained_state: dict, finetuned_state: dict, alpha: float) -> dict:
@@ -42,11 +43,11 @@ def patch(pretrained_state: dict, finetuned_state: dict, alpha: float) -> dict:
     return patched
 
 
-def _state(model_name: str, pretrained: str | None) -> tuple[dict, bool]:
+def _state(model_name: str, pretrained: str | None, flag: str) -> tuple[dict, bool]:
     """The weights, and whether the architecture they were loaded into uses QuickGELU."""
     from pipeline.train.clip import uses_quick_gelu
 
-    model = load_model(model_name, pretrained)[0]
+    model = load_model(model_name, pretrained, flag=flag)[0]
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, uses_quick_gelu(model)
 
 
@@ -73,8 +74,8 @@ def run(args) -> list[Path]:
             raise UsageError(f"--alpha: {alpha} is outside [0, 1]")
     if not Path(args.finetuned).is_file():
         raise UsageError(f"--finetuned: no such file {args.finetuned}")
-    pretrained, quick_gelu = _state(args.model, args.pretrained)
-    finetuned, finetuned_quick_gelu = _state(args.model, args.finetuned)
+    pretrained, quick_gelu = _state(args.model, args.pretrained, "--pretrained")
+    finetuned, finetuned_quick_gelu = _state(args.model, args.finetuned, "--finetuned")
     if quick_gelu != finetuned_quick_gelu:
         raise UsageError(f"--pretrained={args.pretrained} and --finetuned={args.finetuned} load into different "
                          f"activations (QuickGELU {quick_gelu} vs {finetuned_quick_gelu}): not the same architecture")

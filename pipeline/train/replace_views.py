@@ -114,18 +114,18 @@ def recorded_train_table(pretrained: str | None) -> tuple[str, dict] | str:
     (a WiSE-FT patched checkpoint: its finetuned checkpoint's), or why there is none here."""
     if not pretrained or not Path(pretrained).is_file():
         return f"--pretrained={pretrained or '(random init)'} is not a checkpoint file that records its train table"
-    import torch
+    from pipeline.train.clip import CheckpointError, load_checkpoint_file
 
     path = pretrained
     for _ in range(2):  # a patched checkpoint names the finetuned one, which holds the run's args
         try:  # mmap: only the pickled metadata is read, not the weights
-            state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        except (RuntimeError, OSError, ValueError) as e:
-            return f"cannot read what checkpoint {path} records ({type(e).__name__})"
+            state = load_checkpoint_file(path, mmap=True)
+        except (CheckpointError, OSError) as e:
+            return str(e)
         if not isinstance(state, dict) or "finetuned" not in state or "args" in state:
             break
         path = state["finetuned"]
-        if not Path(path).is_file():
+        if not isinstance(path, str) or not Path(path).is_file():
             return f"the finetuned checkpoint {path} that {pretrained} was patched from is not here"
     args = state.get("args") if isinstance(state, dict) else None
     if not isinstance(args, dict) or not args.get("data"):

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from pipeline.publish.images import BadBox, ImageTooLarge
-from pipeline.train.images import ImageLookup, ImageMissing
+from pipeline.train.images import ImageLookup, ImageMissing, ImageOutsideRoot
 
 PROGRESS_SECONDS = 10.0
 INPUT_DTYPES = {"fp16": "float16", "pure_fp16": "float16", "bf16": "bfloat16", "pure_bf16": "bfloat16"}
@@ -35,6 +35,8 @@ class RowImages:
         row = self.rows[i]
         try:
             image = self.lookup(row, crop=True)
+        except ImageOutsideRoot as e:
+            return i, None, ("path_outside_image_root", str(e))
         except ImageMissing as e:
             return i, None, ("image_missing", str(e))
         except ImageTooLarge as e:

@@ -1,0 +1,82 @@
+"""A local folder's lock file, <folder>/.hardpos.lock, held with fcntl.flock for as long as a run writes there.
+
+Beam-free, so that the trainer (pipeline/train/finetune.py, --out) holds the same lock as the pipeline's commit
+protocol (pipeline/io/commit.py, --output_dir) without installing the pipeline. The kernel releases a flock when
+its holder dies, so a SIGKILLed run never blocks the next one; the file itself is never unlinked (unlinking a
+flock file lets two runs lock two different files).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+import uuid
+
+LOCK_FILE = ".hardpos.lock"
+
+
+class LockRefused(Exception):
+    """One line naming the flag and folder: another run holds the lock, the lock file is not hardpos's, or the
+    folder cannot be written."""
+
+
+def holder_record(stage: str) -> dict:
+    """What a lock file says about the run holding it."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "stage": stage,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def held_by_another(flag: str, folder: str, holder: dict, hint: str = "") -> str:
+    who = f"stage {holder.get('stage')}, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
+    return f"{flag}={folder} is being written by another run ({who}); wait for it to end or choose another folder{hint}"
+
+
+def _unwritable(flag: str, folder: str, e: OSError) -> str:
+    if isinstance(e, (FileExistsError, NotADirectoryError)) or (os.path.exists(folder) and not os.path.isdir(folder)):
+        return f"{flag}={folder} is a file, not a folder"
+    return f"{flag}={folder}: cannot write there ({e.strerror or e})"
+
+
+def _not_own(flag: str, folder: str, what: str) -> str:
+    return (f"{flag}={folder}: {LOCK_FILE} there {what}, which hardpos did not make and will not write through; "
+            f"remove it")
+
+
+def lock_local(folder: str, holder: dict, flag: str) -> int:
+    """Creates the folder and takes its lock; the open lock file's descriptor (closing it releases the lock).
+    LockRefused when that cannot be done, before any work is spent."""
+    path = os.path.join(folder, LOCK_FILE)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        # O_NOFOLLOW: a link planted at the lock's path would have its target overwritten with our pid
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if os.path.islink(path):
+            raise LockRefused(_not_own(flag, folder, f"is a symbolic link (to {os.readlink(path)})")) from None
+        raise LockRefused(_unwritable(flag, folder, e)) from None
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:  # a hard link's other names would change too
+        os.close(fd)
+        raise LockRefused(_not_own(flag, folder, "is not a plain file of its own (a hard link or a device)"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            other = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "{}")
+        except ValueError:
+            other = {}
+        os.close(fd)
+        raise LockRefused(held_by_another(flag, folder, other)) from None
+    try:  # the folder may allow opening an existing lock file but not creating files
+        probe = os.path.join(folder, f".hardpos-write-test-{uuid.uuid4().hex[:8]}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.remove(probe)
+    except OSError as e:
+        os.close(fd)
+        raise LockRefused(_unwritable(flag, folder, e)) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder).encode("utf-8"), 0)
+    return fd
