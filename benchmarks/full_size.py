@@ -115,14 +115,38 @@ def replay_answers(captions: list[str]) -> dict[str, dict[str, str]]:
             for c in captions}
 
 
-def write_inputs(work: Path, n: int, replay: bool) -> tuple[Path, Path | None, dict]:
+SHARD_ROWS, ROW_GROUP_ROWS = 100_000, 10_000  # as img2dataset might leave them (its default: 10,000 per shard)
+
+
+def write_img2dataset(work: Path, data: dict) -> Path:
+    """The captions as img2dataset's parquet shards (key, caption, url, status), SHARD_ROWS each; returns the
+    folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = work / "img2dataset"
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    folder.mkdir(parents=True)
+    urls = {i["id"]: i.get("coco_url") or f"http://images.example/{i['id']}.jpg" for i in data["images"]}
+    annotations = data["annotations"]
+    for shard, start in enumerate(range(0, len(annotations), SHARD_ROWS)):
+        rows = [{"key": f"{a['id']:012d}", "caption": a["caption"], "url": urls.get(a["image_id"]),
+                 "status": "success", "error_message": None} for a in annotations[start:start + SHARD_ROWS]]
+        pq.write_table(pa.Table.from_pylist(rows), folder / f"{shard:05d}.parquet", row_group_size=ROW_GROUP_ROWS)
+    return folder
+
+
+def write_inputs(work: Path, n: int, replay: bool, fmt: str = "coco") -> tuple[Path, Path | None, dict]:
     source = json.loads(VAL2017.read_text())
     captions_path, replay_path = work / "captions_full.json", work / "replay_full.jsonl"
     data = build_captions(source, n)
     texts = [a["caption"] for a in data["annotations"]]
     assert len(set(texts)) >= len(set(a["caption"] for a in source["annotations"])) * min(
         1, n // len(source["annotations"])), "copies collapsed"
-    captions_path.write_text(json.dumps(data))
+    if fmt == "img2dataset":
+        captions_path = write_img2dataset(work, data)
+    else:
+        captions_path.write_text(json.dumps(data))
     if not replay:
         return captions_path, None, {"captions": len(texts), "distinct_texts": len(set(texts))}
     by_id = {a["id"]: a["caption"].strip() for a in source["annotations"]}
@@ -188,7 +212,8 @@ def run_stage(args: list[str], log: Path) -> dict:
         sampler.join()
     wall = time.monotonic() - started
     workers = {pid: p for pid, p in sampler.peaks.items()
-               if pid != proc.pid and "sdk_worker_main" in p["cmd"] and not p["cmd"].startswith("/bin/sh")}
+               if pid != proc.pid and ("sdk_worker_main" in p["cmd"] or "multiprocessing" in p["cmd"])
+               and not p["cmd"].startswith("/bin/sh")}
     return {"args": args, "exit": code, "wall_s": round(wall, 1),
             "launcher_peak_rss_mb": round(sampler.peaks.get(proc.pid, {"rss": 0})["rss"] / 2**20),
             "worker_peak_rss_mb": sorted(round(p["rss"] / 2**20) for p in workers.values()),
@@ -258,10 +283,14 @@ def main(argv=None) -> int:
     parser.add_argument("--positives", choices=("rules", "replay"), default="rules",
                         help="hard positives from the rules (default) or from a replay file standing for an LLM")
     parser.add_argument("--extra", default="", help="more pipeline flags, space-separated")
+    parser.add_argument("--format", choices=("coco", "img2dataset"), default="coco",
+                        help="the input as one COCO captions file, or as img2dataset's parquet shards (--captions)")
+    parser.add_argument("--runner", choices=("direct", "dask"), default="direct",
+                        help="the DirectRunner in --workers processes, or Dask's local cluster of --workers workers")
     ns = parser.parse_args(argv)
     ns.work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    captions_path, replay_path, made = write_inputs(ns.work, ns.captions, ns.positives == "replay")
+    captions_path, replay_path, made = write_inputs(ns.work, ns.captions, ns.positives == "replay", ns.format)
     made["seconds"] = round(time.monotonic() - started, 1)
     made["workers"] = ns.workers
     made["positives"] = ns.positives
@@ -271,11 +300,13 @@ def main(argv=None) -> int:
           f"made in {made['seconds']} s", flush=True)
     out, cache = ns.work / "out", ns.work / "llm_cache"
     subprocess.run(["rm", "-rf", str(out), str(cache)], check=True)
-    common = [f"--output_dir={out}", f"--direct_num_workers={ns.workers}", "--direct_running_mode=multi_processing",
-              "--progress_seconds=60", *ns.extra.split()]
+    runner = ([f"--direct_num_workers={ns.workers}", "--direct_running_mode=multi_processing"]
+              if ns.runner == "direct" else ["--runner=DaskRunner", f"--dask_workers={ns.workers}"])
+    common = [f"--output_dir={out}", *runner, "--progress_seconds=60", *ns.extra.split()]
     llm = (["--llm_engine=replay", f"--llm_replay={replay_path}", f"--model={MODEL}", f"--cache_dir={cache}",
             "--positive_types=replace,swap"] if replay_path else [])
-    coco = [f"--coco_captions={captions_path}"]
+    coco = ([f"--coco_captions={captions_path}"] if ns.format == "coco" else
+            [f"--captions={captions_path}/*.parquet", "--captions_format=img2dataset"])
     runs = ({"all": ["--stage=all", *coco, *llm]} if ns.mode == "all" else
             {"train_negatives": ["--stage=train_negatives", *coco], "hard_positives": ["--stage=hard_positives",
                                                                                      *coco, *llm],
@@ -286,7 +317,8 @@ def main(argv=None) -> int:
         results["runs"][name] = result
         print(f"\n== {name}: exit {result['exit']}, wall {result['wall_s']:,} s, peak RSS launcher "
               f"{result['launcher_peak_rss_mb']:,} MB, workers {result['worker_peak_rss_mb']} MB, all processes "
-              f"{result['all_processes_peak_rss_mb']:,} MB", flush=True)
+              f"{result['all_processes_peak_rss_mb']:,} MB ({result['all_processes_peak_rss_mb'] / ns.captions * 1e5:,.1f}"
+              f" MB per 100,000 captions; {result['wall_s'] / ns.captions * 1e5:,.1f} s per 100,000)", flush=True)
         for part in result["chain"]:
             print(f"   {part['stage']}: wall {part['wall_s']:,} s, peak RSS launcher "
                   f"{part['launcher_peak_rss_mb']:,} MB, workers {part['worker_peak_rss_mb']} MB, all processes "

@@ -108,6 +108,13 @@ def _flags_what_to_run(group) -> None:
     group.add_argument("--allow_empty", action="store_true", default=False,
                        help="Commit a table with 0 rows (default: a stage whose table is empty says so, exits 1 "
                             "and leaves --output_dir as it was).")
+    group.add_argument("--dask_workers", type=int_in(0, 1024), default=0,
+                       help="--runner=DaskRunner without --dask_client_address: the local cluster's worker "
+                            "processes (0: Dask's default, one per core; one thread each either way).")
+    group.add_argument("--dask_memory_limit", default="auto",
+                       help="--runner=DaskRunner local cluster: memory per worker, e.g. 3GiB (auto: the machine's "
+                            "memory shared out); a worker past 60%% of it spills what it holds to disk, so a run "
+                            "of any size keeps to it. See docs/corpora.md.")
     group.add_argument("--dask_log_level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="--runner=DaskRunner: the level of Dask's own log lines (its scheduler and workers "
                             "print dozens at INFO for a local cluster).")

@@ -46,6 +46,7 @@ OUT_OF_RANGE = {
     "max_json_depth": ["0", "201"],
     "max_failed_fraction": ["nan", "1.5"],
     "max_substitution_share": ["0", "1.5", "nan"],
+    "dask_workers": ["-1", "1025"],
 }
 
 

@@ -12,7 +12,7 @@ from pipeline.resources import resource_dir
 from pipeline.stages.llm_rewrites import make_prompts
 
 CAPTION = "A man holding an umbrella on a busy street."
-RECORD = {"caption": "three giraffes and two antelope", "example_id": "1", "caption_id": 1, "image_id": 1,
+RECORD = {"caption": "three giraffes and two antelope", "example_id": "1", "caption_id": 1, "image_id": 1, "key": "1",
           "file_name": "x.jpg", "image_url": "http://x/1.jpg", "source_file": "c.json", "source": "coco",
           "source_index": 0}
 

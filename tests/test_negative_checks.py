@@ -83,7 +83,7 @@ def test_the_output_check_counts_identical_swap_and_negclip(tmp_path, ctx):
     from pipeline.checks.negatives import check_output
     from pipeline.publish.layout import write_run_folder
 
-    base = {"example_id": "e1", "caption_id": 1, "image_id": 1, "file_name": "1.jpg", "image_url": None,
+    base = {"example_id": "e1", "caption_id": 1, "image_id": 1, "key": "1", "file_name": "1.jpg", "image_url": None,
             "source_file": "c.json", "caption": "a dog chasing a cat", "hard_negative": "a cat chasing a dog",
             "negative_index": 0, "atom": None, "changed_span": "dog chasing a cat", "new_span": "cat chasing a dog",
             "span_start": 2, "span_end": 19, "generator": "swap/2", "ranker": "ngram", "rank_score": 0.5,
@@ -111,7 +111,7 @@ def test_yield_targets_apply_to_full_size_runs_or_when_asked(tmp_path, capsys):
     from pipeline.checks.negatives import FULL_SIZE_CAPTIONS, main
     from pipeline.publish.layout import write_run_folder
 
-    row = {"example_id": "e1", "caption_id": 1, "image_id": 1, "file_name": "1.jpg", "image_url": None,
+    row = {"example_id": "e1", "caption_id": 1, "image_id": 1, "key": "1", "file_name": "1.jpg", "image_url": None,
            "source_file": "c.json", "caption": "a white dog on a bench", "hard_negative": "a black dog on a bench",
            "negative_index": 0, "atom": "attribute", "changed_span": "white", "new_span": "black", "span_start": 2,
            "span_end": 7, "generator": "replace/9", "ranker": "ngram", "rank_score": 0.5, "candidates": 1, "seed": 0,

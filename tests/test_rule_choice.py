@@ -23,7 +23,7 @@ def option(key: str, flow: int = 0) -> dict:
 
 
 def item(i: int, keys: list[str], flows: dict | None = None) -> dict:
-    record = {"example_id": f"ex{i:05d}", "caption_id": i, "image_id": i, "file_name": None, "image_url": None,
+    record = {"example_id": f"ex{i:05d}", "caption_id": i, "image_id": i, "key": str(i), "file_name": None, "image_url": None,
               "source_file": "f.json", "caption": f"caption {i}", "source": "coco", "source_index": i}
     return {"record": record, "options": {T: [option(k, (flows or {}).get(k, 0)) for k in keys]},
             "why": {T: ["no_table_synonym", ""]} if not keys else {}, "held_out": []}

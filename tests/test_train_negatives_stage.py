@@ -357,7 +357,7 @@ def test_order_eval_options_are_single_spaced_alike():
     fn = MakeOrderRows(seed=0, spacy_model=None, batch_size=8)
     fn.setup()
     caption = "a giraffe in its pen some dirt  logs and a fence"
-    record = {**identity("coco", "captions.json", 1), "caption_id": 1, "image_id": 2, "file_name": "x.jpg",
+    record = {**identity("coco", "captions.json", 1), "caption_id": 1, "image_id": 2, "key": "1", "file_name": "x.jpg",
               "image_url": "", "caption": caption}
     [row] = fn.rows(record, fn.nlp(caption))
     assert row["caption"] == "a giraffe in its pen some dirt logs and a fence"

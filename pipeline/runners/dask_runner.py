@@ -179,8 +179,13 @@ class DaskRunner(beam_dask.DaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         if "address" not in dask_options and "scheduler_file" not in dask_options:
             # a local cluster for this run only: no dashboard server (its port may be another run's, and a batch
-            # run has no one looking at it)
-            dask_options["dashboard_address"] = None
+            # run has no one looking at it); worker processes of one thread (our DoFns hold a spaCy pipeline
+            # each), as many and with as much memory as asked
+            hardpos = options.view_as(HardposOptions)
+            dask_options.update(dashboard_address=None, threads_per_worker=1,
+                                memory_limit=getattr(hardpos, "dask_memory_limit", None) or "auto")
+            if getattr(hardpos, "dask_workers", 0):
+                dask_options["n_workers"] = hardpos.dask_workers
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         # Reshuffle spreads over twice the cluster's threads (a few tasks per thread balance uneven ones).

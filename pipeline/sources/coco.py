@@ -118,7 +118,13 @@ class _ParseCaptions(beam.DoFn):
 
     def process(self, entry):
         path, source_file = entry
-        images, annotations = load_captions_file(path)
+        try:
+            images, annotations = load_captions_file(path)
+        except InputFileError as e:  # a file too large for the launcher to have checked: one dead letter for it
+            yield beam.pvalue.TaggedOutput(READ, (source_file, 1))
+            yield reject_letter(self.stage, self.table, SOURCE, source_file, -1, Reject("malformed_file", str(e)),
+                                None, self.bounds)
+            return
         index = image_index(images)
         del images
         yield beam.pvalue.TaggedOutput(READ, (source_file, len(annotations)))

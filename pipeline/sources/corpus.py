@@ -32,6 +32,10 @@ SOURCE = "captions"
 FORMATS = ("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv")
 RANGE_BYTES = 64 << 20  # a JSONL file is read in ranges of this many bytes, each by any worker
 SNIFF_BYTES = 1 << 16
+# A COCO captions file is one JSON object a worker must parse whole; up to this size the launcher parses it too,
+# to say what is wrong with it in one line and to count its captions for the progress totals (COCO's own files
+# are 25 and 91 MB). A larger one is only sniffed: its problems become a dead letter of the run.
+COCO_CHECKED_BYTES = 256 << 20
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp")
 DUPLICATE_KEY = "duplicate_key"
 
@@ -162,8 +166,10 @@ def check_file(f: InputFile, columns: Columns) -> None:
         if missing:
             raise UsageError(f"{f.path}: no column {missing[0]!r} in its header ({', '.join(header)}); name it "
                              f"with --{'caption' if missing[0] == columns.caption else 'id'}_column")
-    elif f.format == "coco":
-        coco.check_file(f.path)  # one JSON object that a worker parses whole: checked whole (see docs/corpora.md)
+    elif f.format == "coco" and f.size <= COCO_CHECKED_BYTES:
+        coco.check_file(f.path)
+    elif f.format == "coco" and not _head(f.path).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+        raise UsageError(f"{f.path}: not a COCO captions file (not a JSON object)")
     elif f.format == "webdataset" and not tarfile.is_tarfile(io.BytesIO(_head(f.path) + b"\0" * 1024)):
         raise UsageError(f"{f.path}: not a tar file (--captions_format=webdataset)")
 
@@ -213,7 +219,7 @@ def caption_texts(opts) -> list | None:
     """Every caption of a single COCO captions file (its check parsed it anyway), else None: the progress totals
     that need the captions themselves (the LLM's prompts) are then shown as unknown."""
     files = input_files(opts) if requested(opts) else []
-    if len(files) == 1 and files[0].format == "coco":
+    if len(files) == 1 and files[0].format == "coco" and files[0].size <= COCO_CHECKED_BYTES:
         return coco.caption_texts(files[0].path)
     return None
 

@@ -32,7 +32,8 @@ from pipeline.records import CAPTION_FIELDS
 from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 
-RECORD_FIELDS = (*CAPTION_FIELDS, "source", "source_index")
+# A prompt element's "key" is its cache key (llm/cache.py): the caption's own key travels as caption_key.
+RECORD_FIELDS = (*(f for f in CAPTION_FIELDS if f != "key"), "source", "source_index")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ def make_prompts(record: dict, kinds: tuple[str, ...], model: str, chat_format: 
             "prompt_set": prompt.prompt_set,
             "kind": kind,
             "max_new_tokens": prompt.max_new_tokens,
+            "caption_key": record["key"],
             **{k: record[k] for k in RECORD_FIELDS},
         }
 
@@ -149,7 +151,8 @@ class _Decide(beam.DoFn):
             attempt = entry["attempts"][accepted]
             sampling = attempt.get("sampling", {})
             yield {
-                **{k: element[k] for k in CAPTION_FIELDS},
+                **{k: element[k] for k in CAPTION_FIELDS if k != "key"},
+                "key": element["caption_key"],
                 spec.kind_column: element["kind"],
                 spec.text_column: verdicts[accepted].text,
                 "changed_span": verdicts[accepted].detail or None,
