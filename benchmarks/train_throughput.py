@@ -36,8 +36,9 @@ def make_data(root: Path, rows: int, image_size: int) -> tuple[Path, Path]:
         out = io.BytesIO()
         Image.frombytes("RGB", (image_size, image_size), rng.randbytes(image_size * image_size * 3)).save(out, "JPEG")
         (images / f"{i:012d}.jpg").write_bytes(out.getvalue())
-        table.append({"example_id": f"bench{i:07d}", "caption_id": i, "image_id": i, "file_name": f"{i:012d}.jpg",
-                      "image_url": None, "source_file": "benchmark", "caption": f"a {a} {b} next to a {c} {d}",
+        table.append({"example_id": f"bench{i:07d}", "caption_id": i, "image_id": i, "key": str(i),
+                      "file_name": f"{i:012d}.jpg", "image_url": None, "source_file": "benchmark",
+                      "caption": f"a {a} {b} next to a {c} {d}",
                       "hard_positive": f"a {a} {b} beside a {c} {d}", "positive_type": "replace",
                       "hard_negative": f"a {c} {b} next to a {a} {d}", "negative_type": "swap",
                       "positive_generator": None, "positive_model": "benchmark", "positive_prompt_sha256": "0" * 64,

@@ -42,8 +42,9 @@ def left_out(view: replace_views.View, rows: list[dict]) -> Counter:
 
 
 def train_row(k: int, caption: str, positive: str, positive_type: str) -> dict:
-    return {"example_id": f"ft{k:03d}", "caption_id": 500 + k, "image_id": k, "key": str(500 + k), "file_name": f"{k:012d}.jpg",
-            "image_url": None, "source_file": "captions_train2017.json", "caption": caption,
+    return {"example_id": f"ft{k:03d}", "caption_id": 500 + k, "image_id": k, "key": str(500 + k),
+            "file_name": f"{k:012d}.jpg", "image_url": None, "source_file": "captions_train2017.json",
+            "caption": caption,
             "hard_positive": positive, "positive_type": positive_type, "hard_negative": f"not {caption}",
             "negative_type": "replace", "positive_generator": None, "positive_model": "test",
             "positive_prompt_sha256": "0" * 64, "negative_generator": "replace/1", "seed": 0}

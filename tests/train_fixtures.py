@@ -30,8 +30,8 @@ def one_thread():
 
 def train_row(i: int) -> dict:
     color, thing = COLORS[i % 6], THINGS[i % 4]
-    return {"example_id": f"ex{i:03d}", "caption_id": 1000 + i, "image_id": i, "key": str(1000 + i), "file_name": f"{i:012d}.jpg",
-            "image_url": None, "source_file": "captions_train2017.json",
+    return {"example_id": f"ex{i:03d}", "caption_id": 1000 + i, "image_id": i, "key": str(1000 + i),
+            "file_name": f"{i:012d}.jpg", "image_url": None, "source_file": "captions_train2017.json",
             "caption": f"a {color} {thing} next to a tree number {i}",
             "hard_positive": f"next to a tree a {color} {thing} number {i}",
             "positive_type": "swap" if i % 3 == 0 else "replace",

@@ -50,6 +50,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.publish.image_shards import RowGroups, parquet_images, read_member, tar_images
+
 SHARDS = "shards"
 INDEX = "index"
 SETTINGS_FILE = "settings.json"
@@ -800,9 +802,8 @@ class ShardImages(Mapping):
                 if seen["image_key"] != row["image_key"]:
                     raise ValueError(f"example_id {row['example_id']} has two images: {seen['image_key']} "
                                      f"({seen['table']}) and {row['image_key']} ({row['table']})")
-        self._tars: dict[str, tarfile.TarFile] = {}
-        self._parquet_keys: dict[str, dict[str, tuple[int, int]]] = {}
-        self._group: tuple[str, int, list] | None = None
+        self._positions: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> key -> tar member or parquet row
+        self._groups = RowGroups()
 
     def __getitem__(self, example_id: str) -> RowImage:
         row = self._rows[example_id]
@@ -823,25 +824,15 @@ class ShardImages(Mapping):
 
     def image_bytes(self, shard: str, key: str) -> bytes:
         path = os.path.join(self.images_dir, shard)
-        if shard.endswith(".tar"):
-            if path not in self._tars:
-                self._tars[path] = tarfile.open(path)
-            return self._tars[path].extractfile(f"{key}.{IMAGE_EXT}").read()
-        if path not in self._parquet_keys:
-            parquet = pq.ParquetFile(path)
-            self._parquet_keys[path] = {
-                k: (group, offset) for group in range(parquet.num_row_groups)
-                for offset, k in enumerate(parquet.read_row_group(group, columns=["key"])["key"].to_pylist())}
-        group, offset = self._parquet_keys[path][key]
-        if self._group is None or self._group[:2] != (path, group):  # rows are mostly read in order: keep one group
-            self._group = (path, group, pq.ParquetFile(path).read_row_group(group, columns=[IMAGE_EXT])[IMAGE_EXT])
-        return self._group[2][offset].as_py()
+        tar = shard.endswith(".tar")
+        if path not in self._positions:
+            found = tar_images(path) if tar else parquet_images(path)
+            self._positions[path] = {k: (first, second) for k, first, second in found}
+        first, second = self._positions[path][key]
+        return read_member(path, first, second) if tar else self._groups.image(path, IMAGE_EXT, first, second)
 
     def close(self) -> None:
-        for tar in self._tars.values():
-            tar.close()
-        self._tars.clear()
-        self._group = None
+        self._groups.clear()
 
     def __enter__(self):
         return self

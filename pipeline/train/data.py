@@ -2,9 +2,10 @@
 
 Rows come from `load_table(--data, "train")` (a run folder, a published folder or a Hub repository), kept when
 their positive_type / negative_type is in --positive_types / --negative_types; images from
-`ImageLookup(--images)` (the images stage's shards or a local COCO folder). A row whose image is missing,
-unreadable, too large to decode (pixels x channels past the bound, read from its header) or named outside --images
-(absolute, "..") is dropped from its batch and counted by reason, never an error.
+`ImageLookup(--images)` (the images stage's shards, the corpus's own img2dataset shards by the row's key, or a
+local COCO folder). A row whose image is missing (no key in the shards included), unreadable, too large to decode
+(pixels x channels past the bound, read from its header) or named outside --images (absolute, "..") is dropped
+from its batch and counted by reason, never an error.
 
 Determinism (what makes `--resume` exact): the order of an epoch is a permutation drawn from (seed, epoch); a
 step's batch is fixed by its index, so a resumed run starts at the right batch without replaying the earlier
@@ -15,7 +16,6 @@ leaves the training process's own RNG untouched.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import Counter
 
 from pipeline.publish.images import MAX_PIXEL_VALUES, ImageTooLarge
@@ -74,20 +74,12 @@ class TrainDataset:
 
         self.table, self.indices, self.images = table, indices, images
         self.transform, self.seed = transform, seed
-        self._lookup = ImageLookup(images, max_pixel_values)  # also checks --images up front
-        self._pid = os.getpid()
+        # Checks --images and indexes its shards up front, once: forked DataLoader workers share the index (no shard
+        # file stays open to share a position with them: image_shards.py).
+        self._lookup = ImageLookup(images, max_pixel_values)
 
     def __len__(self):
         return len(self.indices)
-
-    def lookup(self):
-        # A forked DataLoader worker shares the parent's open shard files, seek offsets included: drop its copies
-        # (they reopen on first use) rather than read from the same file position as another process.
-        if self._pid != os.getpid():
-            if self._lookup.shards is not None:
-                self._lookup.shards.close()
-            self._pid = os.getpid()
-        return self._lookup
 
     def __getitem__(self, key: tuple[int, int]) -> dict:
         import torch
@@ -97,7 +89,7 @@ class TrainDataset:
         epoch, i = key
         row = self.table[int(self.indices[i])]
         try:
-            image = self.lookup()(row, crop=False)
+            image = self._lookup(row, crop=False)
         except ImageOutsideRoot:  # never opened
             return {"skip": "path outside image root", "example_id": row["example_id"]}
         except ImageMissing:

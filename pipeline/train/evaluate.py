@@ -73,7 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "openai where open_clip has those weights for --model, else random: hardpos-tiny)")
     parser.add_argument("--data", default=None, help="REPLACE/SWAP rows: Hub repo ORG/NAME, a published folder or a "
                                                      "run folder")
-    parser.add_argument("--images", default=None, help="images stage output, or a folder of VG/COCO images")
+    parser.add_argument("--images", default=None,
+                        help="images stage output, img2dataset shards (rows by key), or a folder of VG/COCO images")
     parser.add_argument("--out", required=True, help="output folder")
     suites = parser.add_argument_group(
         "several suites and models (pipeline/train/suites/)",
@@ -468,7 +469,10 @@ def evaluate(args, loaded=None) -> dict:
 
     from pipeline.train.clip import import_open_clip
 
-    lookup = ImageLookup(args.images, args.image_max_pixel_values)
+    try:
+        lookup = ImageLookup(args.images, args.image_max_pixel_values)
+    except ValueError as e:  # shards that cannot be read as such
+        raise UsageError(str(e)) from None
     check_pretrained(args.model, args.pretrained)
     device = resolve_device(args.device)
     tables, notes = load_rows(args)

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data", required=True, help="The train table: a run folder, a published folder or a Hub repo.")
     p.add_argument("--images", required=True,
-                   help="Images: --stage=images output (index/ + shards/) or a folder with COCO's train2017/.")
+                   help="Images: --stage=images output (index/ + shards/), the corpus's img2dataset output (webdataset "
+                        ".tar or parquet shards; rows find theirs by key) or a folder with COCO's train2017/.")
     p.add_argument("--out", required=True, help="Output folder (checkpoints/, final.pt, log.jsonl, summary.json); one "
                                                 "run at a time (a second trainer into it is refused).")
     p.add_argument("--model", default=DEFAULT_MODEL, help="open_clip architecture, or hardpos-tiny for tests.")
@@ -440,7 +441,7 @@ def train(args) -> dict:
     check_model(model, config)
     try:
         dataset = TrainDataset(table, indices, args.images, train_transform, args.seed)
-    except ValueError as e:  # ImageLookup: no such folder
+    except ValueError as e:  # ImageLookup: no such folder, shards that cannot be read
         raise UsageError(str(e)) from None
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(args.warmup_steps, total_steps))

@@ -1,6 +1,10 @@
-"""A row's image for training and evaluation, from `--stage=images` output or from a local folder.
+"""A row's image for training and evaluation: from `--stage=images` output, from a corpus's own img2dataset shards,
+or from a local folder of image files.
 
 - images stage output (a folder with index/ and shards/): looked up by the row's example_id.
+- img2dataset's output for a corpus (webdataset .tar shards, or parquet shards with the image bytes; the folder
+  itself holds them): looked up by the row's key, the corpus's own (pipeline/publish/image_shards.py). A row
+  without a key, or whose key no shard holds, has no image.
 - a local folder: Visual Genome rows by their image_path under it (VG_100K/2400041.jpg), COCO rows by their
   file_name (also under train2017/ or val2017/ when the folder is COCO's root).
 SWAP rows carry ARO's box: `crop=True` gives the box region, as ARO evaluates.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.publish.image_shards import open_shard_folder
 from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, leads_outside, open_bounded, open_images
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
@@ -33,9 +38,14 @@ class ImageLookup:
         self.root, self.max_pixel_values = Path(root), max_pixel_values
         if not self.root.is_dir():
             raise ValueError(f"--images: no such folder {root}")
-        self.shards = None
+        self.shards = self.corpus = None
         if (self.root / "index").is_dir() and (self.root / "shards").is_dir():
             self.shards = open_images(str(self.root), max_pixel_values=max_pixel_values)
+        else:
+            try:
+                self.corpus = open_shard_folder(root)
+            except ValueError as e:
+                raise ValueError(f"--images: {e}") from None
 
     def _path(self, row: dict) -> Path:
         image_path, file_name = (str(row[c]) if row.get(c) else "" for c in ("image_path", "file_name"))
@@ -51,6 +61,17 @@ class ImageLookup:
                 return path
         raise ImageMissing(f"no image for {row.get('example_id')} under {self.root} (tried {', '.join(names)})")
 
+    def _corpus_image(self, row: dict) -> bytes:
+        key = row.get("key")
+        if key is None or not str(key).strip():
+            raise ImageMissing(f"no image for {row.get('example_id')}: the row has no key to find it by in the "
+                               f"{self.corpus.format} shards of {self.root}")
+        data = self.corpus.get(str(key))
+        if data is None:
+            raise ImageMissing(f"no image for {row.get('example_id')}: key {key!r} is in none of the "
+                               f"{self.corpus.format} shards of {self.root}")
+        return data
+
     def __call__(self, row: dict, crop: bool = True):
         """The row's RGB PIL image (its ARO box region when the row has one and crop is set)."""
         if self.shards is not None:
@@ -59,7 +80,8 @@ class ImageLookup:
             found = self.shards[row["example_id"]]
             image = found.crop() if crop else found.image
             return image.convert("RGB")
-        with open_bounded(self._path(row), self.max_pixel_values) as image:
+        source = self._path(row) if self.corpus is None else self._corpus_image(row)
+        with open_bounded(source, self.max_pixel_values) as image:
             image = image.convert("RGB")
         if crop and all(row.get(c) is not None for c in BBOX):
             x, y, w, h = (float(row[c]) for c in BBOX)
