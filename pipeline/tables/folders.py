@@ -385,3 +385,19 @@ def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str 
     report = merge_reports(earlier, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
     (out / REPORT_FILE).write_text(json.dumps(report))
     return out
+
+
+def checked_against_report(shard: Path) -> None:
+    """A shard of a run folder (its report.json two levels up records it): its bytes have the recorded sha256, else
+    the error check_checksums gives. A shard no report records (a user's own files) has nothing to be checked
+    against."""
+    run_dir = shard.parent.parent
+    try:
+        report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    relative = shard.relative_to(run_dir).as_posix()
+    for section in report.get("tables", {}).values():
+        if relative in section.get("sha256", {}):
+            check_checksums(run_dir, section, [shard])
+            return
