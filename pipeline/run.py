@@ -27,6 +27,7 @@ if _missing := [dist for module, dist in PIPELINE_EXTRA.items() if importlib.uti
 import contextlib
 import ctypes
 import errno
+import functools
 import gc
 import logging
 import re
@@ -50,7 +51,15 @@ from pipeline.io.commit import (
     replace_file,
 )
 from pipeline.io.progress import ProgressPrinter, poll_metrics
-from pipeline.io.report import REPORT_FILE, SumCounts, format_markdown, format_summary, read_json, write_json
+from pipeline.io.report import (
+    REPORT_FILE,
+    SumCounts,
+    format_markdown,
+    format_summary,
+    merge_reports,
+    read_json,
+    write_json,
+)
 from pipeline.options import (
     BEAM_DASK_RUNNER,
     STAGES as STAGE_NAMES,
@@ -68,7 +77,8 @@ from pipeline.options import (
     unknown_flags,
 )
 from pipeline.provenance import build_info
-from pipeline.sources.files import InputFileError
+from pipeline.sources import vl_checklist
+from pipeline.sources.files import InputFileError, input_record
 from pipeline.stages import (
     all_stages,
     eval_sets,
@@ -153,15 +163,31 @@ def _fixed_runner(options: PipelineOptions) -> None:
 
 
 def _write_report(counts: dict, staging: str, target: str, stage: str, opts: HardposOptions,
-                  stage_inputs: dict) -> None:
+                  stage_inputs: dict, made_from: dict) -> None:
+    tables = STAGES[stage].report_tables(counts, opts)
+    for section in tables.values():
+        section["made_from"] = made_from
     report = {
         "stage": stage,
         "hardpos": build_info(),
         "output_dir": target,
         "inputs": stage_inputs,
-        "tables": STAGES[stage].report_tables(counts, opts),
+        "tables": tables,
     }
     write_json(FileSystems.join(staging, REPORT_FILE), report)
+
+
+# Flags naming an input file whose bytes shape a stage's rows: report.json records the sha256 of each. VL-CheckList's
+# root is a folder: the files its source reads are recorded one by one.
+_INPUT_FILE_FLAGS = ("aro_vga", "replace_table", "coco_captions", "llm_replay")
+
+
+def _input_files(opts: HardposOptions) -> dict[str, str]:
+    files = {flag: getattr(opts, flag) for flag in _INPUT_FILE_FLAGS if getattr(opts, flag)}
+    if opts.vl_checklist_root:
+        files.update({f"vl_checklist_root/{relative}": FileSystems.join(opts.vl_checklist_root, relative)
+                      for relative in vl_checklist.FILES.values()})
+    return files
 
 
 def failed_requests(report: dict, max_fraction: float) -> str | None:
@@ -235,7 +261,7 @@ def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: s
         # A chain's printer counts every pipeline's rows (its pipelines' own printers do nothing inside it).
         with ProgressPrinter(opts.progress_seconds) if len(links) > 1 else contextlib.nullcontext():
             for sub in links:
-                reports.append(_run_link(options, opts, staging, name, sub) if len(links) > 1
+                reports.append(_run_link(options, opts, staging, name, sub, reports) if len(links) > 1
                                else _run_stage(options, opts, staging))
         commit(staging, target, reports)
     except BaseException:
@@ -256,8 +282,10 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
                                                      "cache_dir",
                                                      "hard_positives_dir", "train_negatives_dir")
               if getattr(opts, name)}
-    report = _run_into(staging, target, options, opts, inputs, read_from)
-    problem = [] if report_balanced(report) else ["counts do not add up (read != rows + discarded + rejected)"]
+    report = _run_into(staging, target, options, opts, inputs, input_record(_input_files(opts), opts), read_from)
+    # An input shard that was not the file its report recorded explains the rows missing from the counts.
+    problem = [line for t in report["tables"].values() for line in t.get("changed_inputs", [])] or \
+        ([] if report_balanced(report) else ["counts do not add up (read != rows + discarded + rejected)"])
     failed = failed_requests(report, opts.max_failed_fraction)
     if failed:
         problem.append(failed)
@@ -268,13 +296,17 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
     return report
 
 
-def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name: str, sub: str) -> dict:
-    """One stage of the chain `name`, into the chain's staging folder; the launcher's freed heap handed back
-    after it."""
+def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name: str, sub: str,
+              staged: list[dict]) -> dict:
+    """One stage of the chain `name`, into the chain's staging folder, after the stages that `staged` reports; the
+    launcher's freed heap handed back after it."""
     opts.stage = sub
     # Only train_set reads tables: the ones the chain staged before it (a stage before it would list them as
-    # inputs). Its report names --output_dir, where they are committed with it.
+    # inputs). Its report names --output_dir, where they are committed with it. It reads them by the staging
+    # folder's report.json, as it reads committed ones by the folder's: their shards' sha256, what made them.
     opts.hard_positives_dir = opts.train_negatives_dir = opts.output_dir if sub == "train_set" else None
+    if sub == "train_set":
+        write_json(FileSystems.join(staging, REPORT_FILE), functools.reduce(merge_reports, staged, None))
     started = time.monotonic()
     try:
         report = _run_stage(options, opts, staging, staging if sub == "train_set" else None)
@@ -304,7 +336,7 @@ def report_balanced(report: dict) -> bool:
 
 
 def _run_into(staging: str, target: str, options: PipelineOptions, opts: HardposOptions, inputs: dict,
-              read_from: str | None = None) -> dict:
+              made_from: dict, read_from: str | None = None) -> dict:
     """The pipeline with --output_dir pointed at the staging folder (so every worker writes there, whatever the
     runner); the stage report it wrote. train_set reads the other tables from read_from when given (a chain's
     staging folder), else from their flags, by default --output_dir: the committed ones."""
@@ -318,7 +350,7 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         pipeline = beam.Pipeline(options=options)
         (stage.build(pipeline, opts)
          | "SumCounts" >> beam.CombineGlobally(SumCounts())
-         | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs))
+         | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs, made_from))
         # The local runners run to the end inside run(), while the printer's thread reports; remote runners
         # (Dataflow) return at once, and their live counters are polled instead.
         with ProgressPrinter(opts.progress_seconds):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from pipeline.io.parquet import write_shard
 from pipeline.io.schema import load_schema
+from pipeline.tables.folders import write_run_folder
 from tests.local_http import LocalHTTPServer
 
 _DEFAULTS = {"string": "x", "int64": 0, "int32": 0, "float64": 0.0, "bool": False, "list<string>": []}
@@ -106,7 +106,6 @@ def schema_row(schema_name: str, **values) -> dict:
 
 
 def write_table(output_dir: Path, folder: str, schema_name: str, rows: list[dict]) -> None:
-    """<output_dir>/<folder>/<split>-00000-of-00001.parquet, as the stages write it."""
-    schema = load_schema(schema_name)
-    (output_dir / folder).mkdir(parents=True, exist_ok=True)
-    write_shard(rows, str(output_dir / folder / f"{schema.split}-00000-of-00001.parquet"), schema)
+    """<output_dir>/<folder>/<split>-00000-of-00001.parquet, recorded in output_dir's report.json, as the stages
+    write it."""
+    write_run_folder(output_dir, schema_name, rows, folder)

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -29,6 +30,7 @@ from packaging.specifiers import SpecifierSet
 
 from pipeline import run
 from pipeline.options import HardposOptions, unknown_flags
+from pipeline.sources.files import input_record
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -392,28 +394,46 @@ def fake_gcs(monkeypatch):
     return install
 
 
+def recorded_tables(output_dir: str, made_from: dict) -> dict[str, bytes]:
+    """train_set's two input tables in output_dir as a committed run leaves them: a shard each, and report.json
+    recording their sha256 and what they were made from."""
+    shard = b"PAR1"
+    objects, tables = {}, {}
+    for table in ("hard_positives", "train_negatives"):
+        relative = f"{table}/train-00000-of-00001.parquet"
+        objects[f"{output_dir}/{relative}"] = shard
+        tables[table] = {"shards": {relative: 1}, "sha256": {relative: hashlib.sha256(shard).hexdigest()},
+                         "made_from": made_from}
+    objects[f"{output_dir}/report.json"] = json.dumps({"tables": tables}).encode()
+    return objects
+
+
 @pytest.mark.parametrize("kind,argv", COMMANDS, ids=IDS)
 def test_readme_command_passes_the_launcher_checks_and_builds_the_graph(kind, argv, no_gcs_network, fake_gcs):
     """pipeline.run.parse (input checks: the captions file is read from "GCS"), then the stage's graph with the
-    DataflowRunner, constructed and not run. The only gs:// access at construction is train_set's: its Parquet
-    reads match the two input tables' files (Beam's ReadFromParquet validates its pattern when built)."""
+    DataflowRunner, constructed and not run. The only gs:// access at construction is train_set's: it reads the
+    records of its two input tables in report.json (their shards' sha256, checked against the files there, and the
+    sha256 of the captions they were made from, checked against its own) and no shard (the workers read and check
+    those)."""
     opts = PipelineOptions(argv).view_as(HardposOptions)
-    objects = {opts.coco_captions: (SAMPLES / "coco" / "captions_sample.json").read_bytes()}
-    tables = []
+    captions = SAMPLES / "coco" / "captions_sample.json"
+    objects = {opts.coco_captions: captions.read_bytes()}
+    tables, opened = [], {opts.coco_captions}
     if opts.stage == "train_set":
-        for table in ("hard_positives", "train_negatives"):
-            tables.append(f"{opts.output_dir}/{table}/*.parquet")
-            objects[f"{opts.output_dir}/{table}/train-00000-of-00001.parquet"] = b"PAR1"
+        objects.update(recorded_tables(opts.output_dir, input_record({"coco_captions": str(captions)}, opts)))
+        tables = [f"{opts.output_dir}/{table}/*.parquet" for table in ("hard_positives", "train_negatives")]
+        opened.add(f"{opts.output_dir}/report.json")
     gcs = fake_gcs(objects)
 
     options, opts = run.parse(argv)
     assert {path for call, path in gcs.calls if call == "open"} == {opts.coco_captions}
-    assert {path for call, path in gcs.calls if call == "match"} == set(tables)
+    assert not [path for call, path in gcs.calls if call == "match"]
 
     gcs.calls.clear()
     pipeline = beam.Pipeline(options=options)  # runs Beam's option validation for the DataflowRunner again
     run.STAGES[opts.stage].build(pipeline, opts)
-    assert gcs.calls == [("match", pattern) for pattern in tables]
+    assert {path for call, path in gcs.calls if call == "match"} == set(tables)
+    assert {path for call, path in gcs.calls if call == "open"} == (opened if tables else set())
     assert isinstance(pipeline.runner, DataflowRunner)
 
 

@@ -267,7 +267,7 @@ def test_parquet_shards_from_a_local_image_root(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     ([], "--image_root is required: swap"),
-    (["--image_tables=nope", "--image_root=http://x"], "--image_tables: no Parquet files in"),
+    (["--image_tables=nope", "--image_root=http://x"], "--image_tables: no table nope recorded in"),
     (["--image_root=/no/such/folder"], "--image_root: no such folder"),
     (["--image_root=gs://bucket/vg"], "--image_root: unsupported URL scheme"),
     (["--image_root=http://x", "--image_size=-1"], "--image_size: must be from 0 to 65,535, got -1"),
@@ -276,6 +276,24 @@ def test_parquet_shards_from_a_local_image_root(tmp_path):
 def test_bad_flags_fail_fast_naming_the_flag(first, capsys, extra, message):
     assert main(["--stage=images", f"--output_dir={first.out}", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_shard_changed_since_its_report_recorded_it_is_refused_naming_it(first, tmp_path, capsys):
+    """Issue 35: the stage read a table's shards by a glob and trusted their page checksums, which leave the page
+    headers out; now a shard whose sha256 is not the one its report recorded is one line, before any fetch."""
+    out = tmp_path / "out"
+    for table in ("train", "train_negatives", "swap"):
+        shutil.copytree(first.out / table, out / table)
+    shutil.copy(first.out / "report.json", out / "report.json")
+    shard = out / "train" / "train-00000-of-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert main(["--stage=images", f"--output_dir={out}", f"--image_root={first.server.url}/vg", *FAST]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {shard}: its sha256 differs from the one "
+                                                   f"{out / 'report.json'} recorded")
+    assert not (out / "images").exists()
 
 
 def test_an_output_dir_without_image_tables_is_refused(tmp_path, capsys):

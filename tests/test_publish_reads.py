@@ -1,6 +1,6 @@
 """Issue 27, reading a published folder back: a damaged shard is an error for `datasets.load_dataset` as for
 load_table (F12); a manifest that is unreadable (F19) or lacks an entry (F7) is one clear PublishError; a table of
-0 rows loads with its columns (F10)."""
+0 rows loads with its columns (F10); load_table reads no file that an edited card names (issue 35, N29)."""
 from __future__ import annotations
 
 import json
@@ -155,3 +155,22 @@ def test_f10_a_table_with_no_rows_loads_with_its_columns(tmp_path, capsys):
     # publish puts no config without data in a card (datasets could not load it): it refuses, one line
     assert main(["--stage=publish", f"--output_dir={runs}", f"--publish_dir={hub}"]) == 2
     assert "table order_eval" in capsys.readouterr().err and not hub.exists()
+
+
+def test_n29_load_table_never_reads_a_table_outside_the_folder_that_an_edited_card_names(hub, tmp_path):
+    """The card's order_eval path edited to name a 10-row table elsewhere: 00ef301's load_table checked the shards
+    under data/ and then read the table the card named, without an error. Now the card must have the sha256 the
+    manifest records, and without a manifest only the folder's own shards are read."""
+    elsewhere = tmp_path / "elsewhere" / "test-00000-of-00001.parquet"
+    elsewhere.parent.mkdir()
+    pq.write_table(pq.read_table(hub / SHARD).slice(0, 10), elsewhere)
+    card = (hub / "README.md").read_text()
+    pattern = "path: data/order_eval/test-*-of-00001.parquet"
+    assert pattern in card
+    (hub / "README.md").write_text(card.replace(pattern, f"path: {elsewhere}"))
+
+    with pytest.raises(PublishError) as refused:
+        load_table(str(hub), "order_eval", cache_dir=str(tmp_path / "hf"))
+    assert str(refused.value).startswith(f"{hub / 'README.md'}: its sha256 differs from the one {MANIFEST} recorded")
+    (hub / MANIFEST).unlink()  # a folder without one (a download of the Hub repository): the card names nothing read
+    assert load_table(str(hub), "order_eval", cache_dir=str(tmp_path / "hf")).num_rows == 34

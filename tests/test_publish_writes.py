@@ -1,9 +1,11 @@
 """Issue 27, what publish writes: the Hub login is checked before the folder is built (F1); it writes only into an
 empty folder or one its own valid manifest describes (F2), never outside it and through no link it did not make
-(F3); a full disk or a kill leaves the earlier release whole, or the next publish finishes the new one (F7)."""
+(F3); a full disk or a kill leaves the earlier release whole, or the next publish finishes the new one (F7); the run
+folders it reads are held under their locks while it links their shards (issue 35, N28)."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -293,3 +295,28 @@ def test_f7_a_really_full_disk_leaves_the_earlier_release_whole(four, one, tmp_p
     assert seen["stderr"] == (f"error: {mount / 'hub'}: disk full while building the new release beside the earlier "
                               f"one; the folder is left as it was, nothing was uploaded\n")
     assert seen["unchanged"] and seen["rows"] == 34
+
+
+def test_n28_a_stage_cannot_commit_into_a_run_folder_while_publish_links_its_shards(one, tmp_path, monkeypatch):
+    """An order_eval --seed=1 run into the run folder between publish's checks and its links: 00ef301 published a
+    manifest naming the seed-0 shard's sha256 over the seed-1 shard (load_table refused it, datasets read it). Now
+    publish holds the run folder's lock: that run is refused, and every published file is the one its manifest
+    names."""
+    import pipeline.stages.publish
+
+    real_place = pipeline.stages.publish.place
+    meanwhile = []
+
+    def place_after_a_commit(src, dest):
+        if not meanwhile:
+            meanwhile.append(main(["--stage=order_eval", f"--coco_captions={CAPTIONS}", f"--output_dir={one / 'order'}",
+                                   "--seed=1", "--progress_seconds=0"]))
+        real_place(src, dest)
+
+    monkeypatch.setattr(pipeline.stages.publish, "place", place_after_a_commit)
+    assert main(publish(one, tmp_path / "hub")) == 0
+    assert meanwhile == [2]
+    files = json.loads((tmp_path / "hub" / MANIFEST).read_text())["files"]
+    assert {path: hashlib.sha256((tmp_path / "hub" / path).read_bytes()).hexdigest() for path in files} == \
+        {path: entry["sha256"] for path, entry in files.items()}
+    assert len(example_ids(tmp_path / "hub", tmp_path)) == 34

@@ -235,3 +235,18 @@ def test_bad_finetuning_flags_fail_fast_with_one_line(flag, content, message, sa
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --finetune_") and message in err and "\n" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_finetune_table_shard_changed_since_its_run_recorded_it_is_refused(finetune_run, tmp_path):
+    import shutil
+
+    from pipeline.train.replace_views import held_out
+
+    run = tmp_path / "run"
+    shutil.copytree(finetune_run, run)
+    shard = next((run / "train").glob("*.parquet"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 1
+    shard.write_bytes(bytes(data))
+    with pytest.raises(replace_views.UsageError, match="sha256 differs"):
+        held_out(str(run), None, None)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 # stages/publish.py imports these from here.
 from pipeline.tables.folders import MANIFEST, NEXT, PublishError, find_tables, read_manifest  # noqa: F401
+from pipeline.tables.folders import find_reports  # noqa: F401
 from pipeline.tables.folders import REPORT_FILE, Table, write_run_folder  # noqa: F401  (fixtures import it here)
 
 # Publish's own entries at the top of the folder all start so (manifest, lock, the folder built aside): never

@@ -195,6 +195,30 @@ def _row_groups(path: str) -> int:
         return pq.ParquetFile(f).metadata.num_row_groups
 
 
+# Up to this many bytes of caption files the fingerprint is their contents' sha256; past it, each file's name, size
+# and modification time (hashing 10 M captions would read the whole corpus in the launcher).
+FINGERPRINT_BYTES = 1 << 30
+
+
+def fingerprint(opts) -> str:
+    """What identifies the corpus --captions reads, for train_set's check that its tables were made from it."""
+    import hashlib
+
+    files = input_files(opts)
+    digest = hashlib.sha256()
+    whole = sum(f.size for f in files) <= FINGERPRINT_BYTES
+    for f in files:
+        if whole:
+            from pipeline.sources.files import input_sha256
+
+            part = input_sha256(f.path)
+        else:
+            [meta] = FileSystems.match([f.path])[0].metadata_list or [None]
+            part = f"{f.size}:{getattr(meta, 'last_updated_in_seconds', 0)}"
+        digest.update(f"{f.name}\x1f{f.format}\x1f{part}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
 def expected_records(opts) -> int | None:
     """Records in the input from metadata alone (Parquet footers; a COCO file's annotations, which its check
     parsed), None where only reading the records would tell (progress then shows no total)."""

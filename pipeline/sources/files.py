@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -12,6 +12,7 @@ from pipeline.io.dead_letters import REJECTED, dead_letter
 from pipeline.options import JSON_DEPTH_LIMIT, MAX_CAPTION_CHARS, MAX_CAPTION_WORDS, MAX_JSON_DEPTH
 from pipeline.perturb.outcomes import Reject
 from pipeline.perturb.text import has_surrogates
+from pipeline.tables.shards import stream_sha256
 
 READ = "read"
 INT64 = range(-2**63, 2**63)  # ids become int64 columns
@@ -157,6 +158,31 @@ def require_text(value, name: str, empty_reason: str | None = None) -> str:
     if has_surrogates(value):
         raise Reject("invalid_utf8", f"{name} has bytes that are not UTF-8")
     return value
+
+
+def input_sha256(path: str) -> str:
+    """The sha256 of an input file, local or remote."""
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            return stream_sha256(f)
+    except Exception as e:  # FileSystems wraps local and remote errors alike
+        raise InputFileError(f"{path}: cannot read ({_first_line(e)})") from None
+
+
+def input_record(files: dict[str, str], opts) -> dict:
+    """What a stage's rows were made from, besides hardpos's code: the sha256 of each input file (by the flag that
+    names it), the seed and the input bounds. report.json keeps it in each of the stage's table sections
+    ("made_from"), and a join (train_set) refuses tables made from other captions or with other options: their
+    rows share caption ids, not captions."""
+    record = {"sha256": {flag: input_sha256(path) for flag, path in sorted(files.items())},
+              "options": {"seed": opts.seed, **asdict(InputBounds.of(opts))}}
+    if getattr(opts, "captions", None):  # a corpus: its files' fingerprint, and the flags that read its records
+        from pipeline.sources import corpus
+
+        record["sha256"]["captions"] = corpus.fingerprint(opts)
+        record["options"].update({flag: getattr(opts, flag) for flag in ("captions_format", "caption_column",
+                                                                         "id_column", "image_column")})
+    return record
 
 
 def require_file(path: str) -> None:

@@ -1,8 +1,8 @@
 """--stage=images: fetch the images the tables under --output_dir refer to, with img2dataset.
 
-Not a Beam graph: img2dataset runs its own processes. This module picks the tables and reads their image
-columns (through Beam's FileSystems, so --output_dir may be remote); pipeline/publish/images.py fetches,
-checks and indexes. The report (<images_dir>/report.json) has one section per table, counting table rows:
+Not a Beam graph: img2dataset runs its own processes. This module picks the tables that --output_dir's report.json
+records and reads their image columns (through Beam's FileSystems, so --output_dir may be remote), each shard only
+once it has the sha256 the report recorded; pipeline/publish/images.py fetches, checks and indexes. The report (<images_dir>/report.json) has one section per table, counting table rows:
 rows = image in the shards, rejected = its image failed (reason: http_404, decode_error, too_many_pixel_values,
 ...), discarded = the row names no image; and the image-level figures and failures (url, reason, error) of the
 run.
@@ -11,48 +11,52 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import posixpath
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.commit import FolderLock
-from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import VERIFY_PAGES
+from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
 from pipeline.io.report import REPORT_FILE, write_json
 from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
+from pipeline.tables.folders import PublishError
 
 STAGE = "images"
 IMAGE_COLUMNS = ("image_url", "image_path")
 _READ_COLUMNS = ("example_id", "image_url", "image_path", "image_id", *core.BBOX)
-_NOT_TABLES = (REJECTED, DISCARDED)
 
 
 def images_dir(opts: HardposOptions) -> str:
     return opts.images_dir or FileSystems.join(opts.output_dir, "images")
 
 
-def _table_files(output_dir: str, table: str) -> list[str]:
-    pattern = FileSystems.join(output_dir, table, "*.parquet")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+def _recorded(opts: HardposOptions, table: str) -> RecordedTable:
+    try:
+        recorded = recorded_table(opts.output_dir, table)
+    except PublishError as e:
+        raise UsageError(str(e)) from None
+    if recorded is None:
+        raise UsageError(f"--image_tables: no table {table} recorded in "
+                         f"{FileSystems.join(opts.output_dir, REPORT_FILE)} (the stage reads a table's shards only "
+                         f"as the report that wrote them records them)")
+    return recorded
 
 
-def _read_parquet(path: str, columns: list[str]) -> pa.Table:
-    with FileSystems.open(path, compression_type="uncompressed") as f:  # seekable: only these columns are read
-        return pq.read_table(f, columns=columns, **VERIFY_PAGES)  # a damaged page is an error, not other ids
-
-
-def _schema(path: str) -> pa.Schema:
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return pq.read_schema(f)
-
-
-def _num_rows(path: str) -> int:
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return pq.ParquetFile(f).metadata.num_rows
+def _shards(opts: HardposOptions, table: str) -> Iterator[pq.ParquetFile]:
+    """Each shard of the table, once its bytes have the sha256 its report recorded (a damaged page is an error too,
+    not other ids); UsageError (one line) naming the first that has not."""
+    recorded = _recorded(opts, table)
+    for path, sha256 in recorded.shards.items():
+        try:
+            data = read_recorded(path, sha256, recorded.report_path)
+        except PublishError as e:
+            raise UsageError(str(e)) from None
+        yield pq.ParquetFile(pa.BufferReader(data), **VERIFY_PAGES)
 
 
 def _image_column(schema: pa.Schema) -> str | None:
@@ -60,15 +64,14 @@ def _image_column(schema: pa.Schema) -> str | None:
 
 
 def tables(opts: HardposOptions) -> list[str]:
-    """--image_tables, else every table folder under --output_dir whose Parquet files have an image column."""
+    """--image_tables, else every table that --output_dir's report.json records whose shards have an image column."""
     if opts.image_tables is not None:
         return list(dict.fromkeys(t.strip() for t in opts.image_tables.split(",") if t.strip()))
-    pattern = FileSystems.join(opts.output_dir, "*", "*.parquet")
-    folders = {}
-    for m in FileSystems.match([pattern])[0].metadata_list:
-        folders.setdefault(posixpath.basename(posixpath.dirname(m.path)), m.path)
-    return [t for t, path in sorted(folders.items())
-            if t not in _NOT_TABLES and _image_column(_schema(path)) is not None]
+    try:
+        recorded = recorded_sections(opts.output_dir)
+    except PublishError as e:
+        raise UsageError(str(e)) from None
+    return [t for t in sorted(recorded) if _image_column(next(_shards(opts, t)).schema_arrow) is not None]
 
 
 def check_inputs(opts: HardposOptions) -> None:
@@ -85,12 +88,10 @@ def check_inputs(opts: HardposOptions) -> None:
         raise UsageError(f"--output_dir: no table with an image_url or image_path column under {opts.output_dir}")
     vg_tables = []
     for table in names:
-        files = _table_files(opts.output_dir, table)
-        if not files:
-            raise UsageError(f"--image_tables: no Parquet files in {FileSystems.join(opts.output_dir, table)}")
-        column = _image_column(_schema(files[0]))
+        first = next(_shards(opts, table))
+        column = _image_column(first.schema_arrow)
         if column is None:
-            raise UsageError(f"--image_tables: table {table} has no image_url or image_path column ({files[0]})")
+            raise UsageError(f"--image_tables: table {table} has no image_url or image_path column")
         if column == "image_path":
             vg_tables.append(table)
     if vg_tables and not opts.image_root:
@@ -110,10 +111,9 @@ def check_inputs(opts: HardposOptions) -> None:
 
 def read_table(opts: HardposOptions, table: str) -> core.ImageTable:
     refs, read = [], 0
-    for path in _table_files(opts.output_dir, table):
-        names = _schema(path).names
-        data = _read_parquet(path, [c for c in _READ_COLUMNS if c in names])
-        read += _num_rows(path)
+    for shard in _shards(opts, table):
+        data = shard.read(columns=[c for c in _READ_COLUMNS if c in shard.schema_arrow.names])
+        read += shard.metadata.num_rows
         refs += [core.row_ref(row, opts.image_root) for row in data.to_pylist()]
     return core.ImageTable(table, read, refs)
 

@@ -7,7 +7,9 @@
 
 Every check comes first, before anything is written or sent: each table's counts balance, its shards have the
 row counts and sha256 its report recorded and the columns of schemas/<config>.json, no folder holds a run with
-no report (unless --allow_partial), the card's YAML parses, and with --hub_repo the Hub login works. The folder
+no report (unless --allow_partial), the card's YAML parses, and with --hub_repo the Hub login works. Each run
+folder read is held under its lock (pipeline/io/commit.py) from those checks until the release is in place, so the
+shards checked are the ones linked: a stage into one of them is refused meanwhile. The folder
 is written only when it is empty or holds nothing but what an earlier publish's valid manifest lists (no other
 file, folder or symbolic link). The new release is built complete beside the old one (.hardpos-next: hard links
 to the run's shards, so nothing is copied twice), then switched in by renames, which need no disk space: a full
@@ -18,6 +20,7 @@ Not a Beam graph: the tables are already written; this arranges files.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -37,6 +40,7 @@ from pipeline.publish.layout import (
     NEXT,
     OWN_PREFIX,
     PublishError,
+    find_reports,
     find_tables,
     place,
     plan,
@@ -222,6 +226,20 @@ def _publish(options, opts: HardposOptions) -> dict:
     target = publish_dir(opts)
     # The Hub login first: no token or no network is one line (exit 2) before any table is read or written.
     api = hub_login() if opts.hub_repo and not dry_run else None
+    with contextlib.ExitStack() as locks:
+        # Each run folder read is held under its lock until the new release is in place: a stage committing there
+        # meanwhile would swap in shards other than the ones checked, which the links below would then name.
+        for folder in run_folders(Path(opts.output_dir), target):
+            locks.enter_context(FolderLock(str(folder), STAGE))
+        return _publish_locked(opts, dry_run, repo_id, target, api)
+
+
+def run_folders(output_dir: Path, target: Path) -> list[Path]:
+    """The folders under output_dir whose report.json publish reads (not the publish folder's)."""
+    return [report.parent for report in find_reports(output_dir) if report.parent.resolve() != target.resolve()]
+
+
+def _publish_locked(opts: HardposOptions, dry_run: bool, repo_id: str, target: Path, api) -> dict:
     skipped: list[str] = []
     # Every check before anything is written or sent: balance, row counts, sha256, schemas, unfinished runs, empty
     # tables.

@@ -1,7 +1,9 @@
 """Stage train_set: every COCO caption joined with one hard positive and one hard negative.
 
 Read from the hard_positives and train_negatives tables on disk (in --stage=all, the ones the chain just
-committed). The positive is the first of --positive_types the caption has, the
+staged), as their folder's report.json records them: only tables made from the same captions file (its sha256),
+seed and input bounds are joined, and a shard is read only once it has the sha256 recorded for it (a changed one
+fails the run, naming it). The positive is the first of --positive_types the caption has, the
 negative the first of --negative_types (its negative 0). A caption with neither, or only one, is a discarded
 dead letter with the reason, so read = rows + discarded + rejected holds per captions file.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 
 import apache_beam as beam
+import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
@@ -21,14 +24,16 @@ from pipeline.checks import separability
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.parquet import VERIFY_PAGES
-from pipeline.io.report import table_report
+from pipeline.io.recorded import RecordedTable, read_recorded, recorded_table
+from pipeline.io.report import REPORT_FILE, table_report
 from pipeline.io.schema import load_schema
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Discard
 from pipeline.records import CAPTION_FIELDS
 from pipeline.sources import corpus
-from pipeline.sources.files import InputBounds
+from pipeline.sources.files import InputBounds, input_record
 from pipeline.stages import hard_positives, llm_negatives, train_negatives
+from pipeline.tables.folders import PublishError
 
 STAGE = "train_set"
 TABLE = "train"
@@ -134,25 +139,61 @@ def separability_section(counts: dict, seed: int) -> dict:
     return separability.summary(cells, seed)
 
 
-def _table_pattern(folder: str, table: str) -> str:
-    return FileSystems.join(folder, table, "*.parquet")
-
-
 def tables(opts: HardposOptions) -> list[str]:
     return [TABLE]
 
 
 def check_inputs(opts: HardposOptions) -> None:
+    """Before any work: the flags and the captions files. The tables it joins are checked by build(), once the run
+    holds the folder's lock and has finished a commit cut short there (pipeline/run.py)."""
     from pipeline.stages.captions import check_captions
 
-    check_captions(opts)  # the captions the other tables were made from
-    hard_positives.positive_types(opts)
+    check_captions(opts)  # the captions the other tables were made from    hard_positives.positive_types(opts)
     train_negatives.negative_types(opts)
+
+
+def _stage_of(table: str) -> str:
+    return "train_negatives" if table == llm_negatives.TABLE else table
+
+
+def _joined_tables(opts: HardposOptions) -> dict[str, RecordedTable]:
+    """The tables the join reads, as their folders' report.json record them, each made from this run's captions
+    file with its seed and input bounds: UsageError (one line) naming what differs otherwise. The join key is
+    the caption id, so a table made from other captions would pair a caption with another one's rewrites."""
+    own = input_record({"coco_captions": opts.coco_captions} if opts.coco_captions else {}, opts)
+    found = {}
     for flag, folder, table in _inputs(opts):
-        pattern = _table_pattern(folder or opts.output_dir, table)
-        if not FileSystems.match([pattern])[0].metadata_list:
-            stage = "train_negatives" if table == llm_negatives.TABLE else table
-            raise UsageError(f"no {table} table at {pattern}: run --stage={stage} first or set {flag}")
+        folder = folder or opts.output_dir
+        try:
+            recorded = recorded_table(folder, table)
+        except PublishError as e:
+            raise UsageError(str(e)) from None
+        if recorded is None:
+            raise UsageError(f"no {table} table recorded in {FileSystems.join(folder, REPORT_FILE)}: run "
+                             f"--stage={_stage_of(table)} first or set {flag}")
+        _check_made_from(table, recorded, own, opts)
+        found[table] = recorded
+    return found
+
+
+def _check_made_from(table: str, recorded: RecordedTable, own: dict, opts: HardposOptions) -> None:
+    made = recorded.section.get("made_from")
+    where = f"table {table} of {recorded.report_path}"
+    if not made:
+        raise UsageError(f"{where} records no sha256 of its inputs (made before hardpos recorded them): run "
+                         f"--stage={_stage_of(table)} again")
+    flag = "coco_captions" if opts.coco_captions else "captions"
+    theirs, ours = made.get("sha256", {}).get(flag), own["sha256"][flag]
+    if theirs != ours:
+        made_path = recorded.section.get("inputs", {}).get(flag)
+        given = opts.coco_captions if opts.coco_captions else ",".join(opts.captions)
+        raise UsageError(f"--{flag}={given} (sha256 {ours[:12]}) is not the captions {where} was made from "
+                         f"({made_path}, sha256 {str(theirs)[:12]}); train_set joins by caption key, so give those, "
+                         f"or make the tables again from these (--stage=all)")
+    for name, value in own["options"].items():
+        if made.get("options", {}).get(name) != value:
+            raise UsageError(f"--{name}={value} differs from --{name}={made.get('options', {}).get(name)}, with which "
+                             f"{where} was made; give the same, or make the tables again (--stage=all)")
 
 
 def _inputs(opts: HardposOptions) -> list[tuple[str, str | None, str]]:
@@ -171,35 +212,47 @@ JOIN_COLUMNS = frozenset({"example_id", "positive_type", "hard_positive", "model
                           "negative_type", "negative_index", "hard_negative", "generator", "seed"})
 
 
+CHANGED_INPUTS = "changed_inputs"
+
+
 class _ReadShard(beam.DoFn):
-    """One Parquet shard -> its rows, the join's columns only, a row group at a time. Not beam.io.ReadFromParquet:
-    Beam's DaskRunner cannot run its splittable read."""
+    """One Parquet shard -> its rows, the join's columns only, a row group at a time, once the shard has the sha256
+    its report recorded; one that has not gives no row but a count naming it, which fails the run. Not
+    beam.io.ReadFromParquet: Beam's DaskRunner cannot run its splittable read."""
 
-    def __init__(self, columns: list[str]):
-        self.columns = columns
+    def __init__(self, columns: list[str], report_path: str):
+        self.columns, self.report_path = columns, report_path
 
-    def process(self, path: str):
-        with FileSystems.open(path) as f:
-            for batch in pq.ParquetFile(f, **VERIFY_PAGES).iter_batches(columns=self.columns):
-                yield from batch.to_pylist()
+    def process(self, shard: tuple[str, str]):
+        path, sha256 = shard
+        try:
+            data = read_recorded(path, sha256, self.report_path)
+        except PublishError as e:
+            yield beam.pvalue.TaggedOutput(CHANGED_INPUTS, ((CHANGED_INPUTS, TABLE, str(e)), 1))
+            return
+        for batch in pq.ParquetFile(pa.BufferReader(data), **VERIFY_PAGES).iter_batches(columns=self.columns):
+            yield from batch.to_pylist()
 
 
-def _read_table(pipeline: beam.Pipeline, folder: str, table: str):
-    paths = sorted(m.path for m in FileSystems.match([_table_pattern(folder, table)])[0].metadata_list)
+def _read_table(pipeline: beam.Pipeline, table: str, recorded: RecordedTable):
     columns = [c for c in load_schema(table).column_names if c in JOIN_COLUMNS]
-    return (pipeline | f"{table}Shards" >> beam.Create(paths) | f"Spread{table}Shards" >> beam.Reshuffle()
-            | f"Read{table}" >> beam.ParDo(_ReadShard(columns)))
+    read = (pipeline | f"{table}Shards" >> beam.Create(sorted(recorded.shards.items()))
+            | f"Spread{table}Shards" >> beam.Reshuffle()
+            | f"Read{table}" >> beam.ParDo(_ReadShard(columns, recorded.report_path)).with_outputs(
+                CHANGED_INPUTS, main="rows"))
+    return read.rows, read[CHANGED_INPUTS]
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    read = {table: _read_table(pipeline, folder or opts.output_dir, table)
-            for _, folder, table in _inputs(opts)}
+    tables = {table: _read_table(pipeline, table, recorded) for table, recorded in _joined_tables(opts).items()}
+    read = {table: rows for table, (rows, _) in tables.items()}
+    changed = [counts for _, counts in tables.values()]
     negatives = [pcoll for table, pcoll in read.items() if table != "hard_positives"]
     if len(negatives) > 1:
         negatives = negatives | "AllNegatives" >> beam.Flatten()
     else:
         negatives = negatives[0]
-    return join(pipeline, opts, read["hard_positives"], negatives)
+    return (join(pipeline, opts, read["hard_positives"], negatives), *changed) | "AllTrainCounts" >> beam.Flatten()
 
 
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
@@ -230,7 +283,8 @@ def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     section = table_report(TABLE, counts, ["positive_type", "negative_type"])
     section["join"] = join_balance(counts)
-    if any(side["sent"] != side["received"] for side in section["join"].values()):
+    section[CHANGED_INPUTS] = sorted(key[2] for key in counts if key[:2] == (CHANGED_INPUTS, TABLE))
+    if any(side["sent"] != side["received"] for side in section["join"].values()) or section[CHANGED_INPUTS]:
         section["balanced"] = False
     section["texts"] = 3 * section["rows"]
     section["positive_types"] = hard_positives.positive_types(opts)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import stat
 from dataclasses import dataclass
@@ -157,25 +158,40 @@ def stage_view(report: dict, stage: str) -> dict:
     return {"stage": stage, "inputs": inputs, "tables": tables}
 
 
-def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: bool) -> Table:
-    where = run_dir / REPORT_FILE
-    shards = section.get("shards") or {}
-    if not shards:
+def recorded_shards(run_dir: str, name: str, section: dict, parquet_files) -> dict[str, str]:
+    """{relative path: sha256} of the shards of table `name` as its section of run_dir's report records them, once
+    they are exactly the Parquet files in their folder (`parquet_files(folder)`: the relative paths of those in the
+    folder relative to run_dir) and each has its sha256: what every reader of ours checks a shard against before
+    using it. PublishError (one line) otherwise."""
+    where = f"{run_dir}/{REPORT_FILE}"
+    listed = set(section.get("shards") or {})
+    folders = {posixpath.dirname(relative) for relative in listed}
+    if not folders:
         raise PublishError(f"{where}: table {name} lists no shards")
-    if not section.get("balanced") or section.get("rows") != sum(shards.values()):
-        raise PublishError(f"{where}: the counts of table {name} do not balance (read != rows + discarded + "
-                           f"rejected, or rows != rows in its shards); run the stage again")
-    folders = {Path(rel).parent for rel in shards}
     if len(folders) != 1:
         raise PublishError(f"{where}: table {name} has shards in several folders")
-    folder = run_dir / folders.pop()
-    listed = {run_dir / rel: n for rel, n in shards.items()}
-    on_disk = {p for p in folder.glob("*.parquet")}
-    missing = sorted(set(listed) - on_disk)
-    stale = sorted(on_disk - set(listed))
+    folder = folders.pop()
+    found = set(parquet_files(folder))
+    missing, stale = sorted(listed - found), sorted(found - listed)
     if missing or stale:
-        which = f"missing {missing[0]}" if missing else f"not in the report {stale[0]}"
-        raise PublishError(f"{folder}: shards do not match {where} ({which}); run the stage again")
+        which = f"missing {run_dir}/{missing[0]}" if missing else f"not in the report {run_dir}/{stale[0]}"
+        raise PublishError(f"{run_dir}/{folder}: shards do not match {where} ({which}); run the stage again")
+    checksums = section.get("sha256") or {}
+    unrecorded = sorted(listed - set(checksums))
+    if unrecorded:
+        raise PublishError(f"{where}: no sha256 recorded for {unrecorded[0]} (written before hardpos recorded "
+                           f"checksums); run the stage again")
+    return {relative: checksums[relative] for relative in sorted(listed)}
+
+
+def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: bool) -> Table:
+    where = run_dir / REPORT_FILE
+    recorded = recorded_shards(str(run_dir), name, section,
+                               lambda folder: [f"{folder}/{p.name}" for p in (run_dir / folder).glob("*.parquet")])
+    if not section.get("balanced") or section.get("rows") != sum(section["shards"].values()):
+        raise PublishError(f"{where}: the counts of table {name} do not balance (read != rows + discarded + "
+                           f"rejected, or rows != rows in its shards); run the stage again")
+    listed = {run_dir / rel: section["shards"][rel] for rel in recorded}
     files = tuple(sorted(listed))
     if verify:  # before anything reads the files: a damaged footer is a checksum mismatch, not a crash
         check_checksums(run_dir, section, files)
@@ -204,24 +220,24 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: b
         size += path.stat().st_size
     _check_schema(files[0], config, schema)
     if len(splits) != 1:
-        raise PublishError(f"{folder}: shards of several splits {sorted(splits)}")
+        raise PublishError(f"{files[0].parent}: shards of several splits {sorted(splits)}")
     stage_report = stage_view(report, _stage_of(report, section))
     return Table(config=config, split=splits.pop(), run_dir=run_dir, stage_report=stage_report, section=section,
                  files=files, rows=rows, download_size=size, schema=schema)
 
 
+def changed_file(path, where, remedy: str = "run the stage again") -> PublishError:
+    """The error of a file whose bytes are not the ones its report or manifest (`where`) recorded."""
+    return PublishError(f"{path}: its sha256 differs from the one {where} recorded when it was written (the file "
+                        f"changed or is damaged); {remedy}")
+
+
 def check_checksums(run_dir: Path, section: dict, files) -> None:
-    """Every shard has the sha256 that the report section recorded when the shard was written."""
-    where = run_dir / REPORT_FILE
-    checksums = section.get("sha256") or {}
+    """Every shard has the sha256 that the report section recorded when the shard was written (_read_table made
+    sure that one was recorded for each)."""
     for path in files:
-        relative = path.relative_to(run_dir).as_posix()
-        if relative not in checksums:
-            raise PublishError(f"{where}: no sha256 recorded for {relative} (written before hardpos recorded "
-                               f"checksums); run the stage again")
-        if file_sha256(str(path)) != checksums[relative]:
-            raise PublishError(f"{path}: its sha256 differs from the one {where} recorded when it was written "
-                               f"(the file changed or is damaged); run the stage again")
+        if file_sha256(str(path)) != section["sha256"][path.relative_to(run_dir).as_posix()]:
+            raise changed_file(path, run_dir / REPORT_FILE)
 
 
 def _check_schema(path: Path, config: str, schema) -> None:
@@ -347,8 +363,8 @@ def merge_reports(folder_report: dict | None, stage_report: dict) -> dict:
 
 def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str | None = None) -> Path:
     """A run folder as a stage writes it (report.json + <folder>/<split>-00000-of-00001.parquet) holding `rows`
-    of the table `schema_name`: for fixtures and benchmarks that need a table without running its stage (on a
-    training machine with no Beam too)."""
+    of the table `schema_name`, beside the tables its report.json already records: for fixtures and benchmarks
+    that need a table without running its stage (on a training machine with no Beam too)."""
     import hashlib
 
     from pipeline.io.schema import load_schema
@@ -365,6 +381,23 @@ def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str 
     section = {"read": len(rows), "rows": len(rows), "discarded": 0, "rejected": 0, "written": len(rows),
                "balanced": True, "discard_reasons": {}, "reject_reasons": {}, "shards": {f"{folder}/{name}": len(rows)},
                "dead_letter_shards": {}, "sha256": {f"{folder}/{name}": hashlib.sha256(data).hexdigest()}}
-    report = merge_reports(None, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
+    earlier = json.loads((out / REPORT_FILE).read_text()) if (out / REPORT_FILE).is_file() else None
+    report = merge_reports(earlier, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
     (out / REPORT_FILE).write_text(json.dumps(report))
     return out
+
+
+def checked_against_report(shard: Path) -> None:
+    """A shard of a run folder (its report.json two levels up records it): its bytes have the recorded sha256, else
+    the error check_checksums gives. A shard no report records (a user's own files) has nothing to be checked
+    against."""
+    run_dir = shard.parent.parent
+    try:
+        report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    relative = shard.relative_to(run_dir).as_posix()
+    for section in report.get("tables", {}).values():
+        if relative in section.get("sha256", {}):
+            check_checksums(run_dir, section, [shard])
+            return

@@ -74,10 +74,15 @@ def read_table(source, **kwargs) -> pa.Table:
     return pq.read_table(source, **VERIFY_PAGES, **kwargs)
 
 
-def file_sha256(path: str) -> str:
-    """A local file's sha256, read in 1 MB pieces (the report and the manifest record those of local files)."""
+def stream_sha256(f) -> str:
+    """The sha256 of what an open binary file holds from where it stands, read in 1 MB pieces."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
+    while chunk := f.read(1 << 20):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """A local file's sha256 (the report and the manifest record those of local files)."""
+    with open(path, "rb") as f:
+        return stream_sha256(f)

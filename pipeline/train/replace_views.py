@@ -93,12 +93,16 @@ def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from pipeline.tables.folders import checked_against_report
+    from pipeline.tables.shards import VERIFY_PAGES
+
     wanted = {"positive_type": positive_types, "negative_type": negative_types}
     columns = ["caption", "hard_positive"] + [c for c, types in wanted.items() if types is not None]
     spans = set()
     for shard in shards:
         try:
-            table = pq.read_table(shard, columns=columns).to_pydict()
+            checked_against_report(Path(shard))  # the sha256 its run's report.json recorded, where it has one
+            table = pq.read_table(shard, columns=columns, **VERIFY_PAGES).to_pydict()
         except (OSError, pa.ArrowException) as e:
             raise ValueError(f"{shard}: {str(e).splitlines()[0]}") from None
         for k, (caption, positive) in enumerate(zip(table["caption"], table["hard_positive"], strict=True)):
