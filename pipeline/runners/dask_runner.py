@@ -174,6 +174,8 @@ class DaskRunner(beam_dask.DaskRunner):
         # Dask's scheduler and workers log each start-up step at INFO (a local cluster: 67 lines for a sample run)
         level = getattr(options.view_as(HardposOptions), "dask_log_level", None) or "WARNING"
         logging.getLogger("distributed").setLevel(level)
+        # Beam's note that its default partition size changed, once per Create: not ours to act on
+        logging.getLogger("apache_beam.runners.dask.transform_evaluator").setLevel(logging.ERROR)
         os.environ["DASK_LOGGING__DISTRIBUTED"] = level.lower()  # the worker processes read it as they start
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
