@@ -410,11 +410,11 @@ def recorded_tables(output_dir: str, made_from: dict) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("kind,argv", COMMANDS, ids=IDS)
 def test_readme_command_passes_the_launcher_checks_and_builds_the_graph(kind, argv, no_gcs_network, fake_gcs):
-    """pipeline.run.parse (input checks: the captions file is read from "GCS"), then the stage's graph with the
-    DataflowRunner, constructed and not run. The only gs:// access at construction is train_set's: it reads the
-    records of its two input tables in report.json (their shards' sha256, checked against the files there, and the
-    sha256 of the captions they were made from, checked against its own) and no shard (the workers read and check
-    those)."""
+    """pipeline.run.parse (input checks: the captions file is listed and read from "GCS"), then the stage's graph
+    with the DataflowRunner, constructed and not run. At construction the captions file is listed again (its read
+    units), and train_set reads the records of its two input tables in report.json (their shards' sha256, checked
+    against the files there, and the sha256 of the captions they were made from, checked against its own); no
+    shard is read (the workers read and check those)."""
     opts = PipelineOptions(argv).view_as(HardposOptions)
     captions = SAMPLES / "coco" / "captions_sample.json"
     objects = {opts.coco_captions: captions.read_bytes()}
@@ -427,13 +427,15 @@ def test_readme_command_passes_the_launcher_checks_and_builds_the_graph(kind, ar
 
     options, opts = run.parse(argv)
     assert {path for call, path in gcs.calls if call == "open"} == {opts.coco_captions}
-    assert not [path for call, path in gcs.calls if call == "match"]
+    # the launcher lists the captions pattern's files (their sizes plan the read units) and reads no other path
+    assert {path for call, path in gcs.calls if call == "match"} == {opts.coco_captions}
 
     gcs.calls.clear()
     pipeline = beam.Pipeline(options=options)  # runs Beam's option validation for the DataflowRunner again
     run.STAGES[opts.stage].build(pipeline, opts)
-    assert {path for call, path in gcs.calls if call == "match"} == set(tables)
-    assert {path for call, path in gcs.calls if call == "open"} == (opened if tables else set())
+    # the read units come from the captions pattern's listing and the files' heads, never their records
+    assert {path for call, path in gcs.calls if call == "match"} == set(tables) | {opts.coco_captions}
+    assert {path for call, path in gcs.calls if call == "open"} <= opened | {opts.coco_captions}
     assert isinstance(pipeline.runner, DataflowRunner)
 
 

@@ -288,7 +288,7 @@ def test_unknown_negative_type_fails_fast(coco, tmp_path, capsys, flag, expected
 def test_missing_captions_flag_fails_fast(tmp_path, capsys):
     for stage in ("train_negatives", "order_eval"):
         rc = main([f"--stage={stage}", f"--output_dir={tmp_path / 'out'}"])
-        assert "needs --coco_captions" in one_error_line(rc, capsys.readouterr().err)
+        assert "needs --captions=PATTERN (or --coco_captions=FILE)" in one_error_line(rc, capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
 
 
