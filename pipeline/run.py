@@ -136,11 +136,13 @@ _MAYBE_PATH_FLAGS = ("model", "ranker_model")
 def _absolute_local_paths(opts: HardposOptions) -> None:
     """Relative local paths made absolute against the launcher's folder: a worker of a distributed runner (Dask,
     Flink) runs in its own folder, where `samples/...` names nothing. URLs (gs://, http://) stay as given."""
+    from pipeline.sources.corpus import split_patterns
+
     for flag in ("captions", "reference_captions"):  # lists of patterns
         values = getattr(opts, flag, None)
         if values:
-            setattr(opts, flag, [",".join(p if "://" in p or os.path.isabs(p) else os.path.abspath(p)
-                                          for p in v.split(",") if p.strip()) for v in values])
+            setattr(opts, flag, [p if "://" in p or os.path.isabs(p) else os.path.abspath(p)
+                                 for p in split_patterns(values)])
     for flag in _PATH_FLAGS + _MAYBE_PATH_FLAGS:
         value = getattr(opts, flag, None)
         if not value or "://" in value or os.path.isabs(value):

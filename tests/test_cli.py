@@ -144,6 +144,15 @@ def test_bad_flags_and_paths_fail_fast_with_one_line(args, expected):
     assert line.startswith("error: ") and expected in line
 
 
+@pytest.mark.parametrize("flag", ["--positive_types=nonsense", "--negative_types=nonsense"])
+def test_train_set_checks_its_type_flags_before_it_takes_the_folder(tmp_path, flag):
+    out = tmp_path / "out"
+    line = one_error_line(run_cli("--stage=train_set", f"--output_dir={out}",
+                                  "--coco_captions=samples/coco/captions_sample.json", flag))
+    assert flag.split("=")[0] in line and "nonsense" in line
+    assert not out.exists()  # refused before the lock, the recovery and the table checks
+
+
 def test_truncated_file_fails_fast_with_one_line(tmp_path):
     root = copy_samples(tmp_path)
     spatial = root / "Relation/vg/spatial.json"

@@ -37,14 +37,14 @@ def jpeg() -> bytes:
     return out.getvalue()
 
 
-def write_tar(path, rows, image=True):
+def write_tar(path, rows, image=True, prefix=""):
     with tarfile.open(path, "w") as tar:
         for r in rows:
             members = [("txt", r["caption"].encode()), ("json", json.dumps({"key": r["key"], "url": r["url"]}).encode())]
             if image:
                 members.insert(0, ("jpg", jpeg()))
             for ext, data in members:
-                info = tarfile.TarInfo(f"{r['key']}.{ext}")
+                info = tarfile.TarInfo(f"{prefix}{r['key']}.{ext}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
 
@@ -71,25 +71,29 @@ def test_img2dataset_parquet_shards_string_keys_and_failed_downloads(tmp_path):
     assert "k00003" not in {r["key"] for r in rows}
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv", "webdataset"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "webdataset", "webdataset_dot_slash"])
 def test_jsonl_csv_and_webdataset_give_the_same_rows(tmp_path, fmt):
+    """tsv: tab-separated, header included; webdataset_dot_slash: a tar made with `tar cf x.tar .` (members
+    "./k00000.jpg"), whose samples are the same as without the "./"."""
     rows = [{k: r[k] for k in ("key", "caption", "url")} for r in records(10)]
-    path = tmp_path / {"jsonl": "c.jsonl", "csv": "c.csv", "webdataset": "00000.tar"}[fmt]
+    path = tmp_path / {"jsonl": "c.jsonl", "csv": "c.csv", "tsv": "c.tsv"}.get(fmt, "00000.tar")
     if fmt == "jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "csv":
+    elif fmt in ("csv", "tsv"):
         with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["key", "caption", "url"])
+            writer = csv.DictWriter(f, fieldnames=["key", "caption", "url"], dialect="excel-tab" if fmt == "tsv"
+                                    else "excel")
             writer.writeheader()
             writer.writerows(rows)
     else:
-        write_tar(path, rows)
+        write_tar(path, rows, prefix="./" if fmt == "webdataset_dot_slash" else "")
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "same.parquet")
     got = {}
     for name, source in ((fmt, path), ("parquet", tmp_path / "same.parquet")):
         out = tmp_path / f"out_{name}"
         assert run(out, f"--captions={source}", stage="hard_positives") == 0
         got[name] = sorted((r["key"], r["caption"], r["hard_positive"]) for r in rows_of(out, "hard_positives"))
+        assert report(out)["tables"]["hard_positives"]["read"] == 10
     assert got[fmt] == got["parquet"] and got[fmt]
 
 
@@ -100,7 +104,8 @@ def test_malformed_records_and_repeated_keys_are_dead_letters_per_file(tmp_path)
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps(good[0]) + "\n")  # k00000 again, in another file
     out = tmp_path / "out"
-    assert run(out, f"--captions={tmp_path}/a.jsonl,{tmp_path}/b.jsonl", stage="hard_positives") == 0
+    # a comma-separated list, spaces after its commas allowed
+    assert run(out, f"--captions={tmp_path}/a.jsonl, {tmp_path}/b.jsonl", stage="hard_positives") == 0
     section = report(out)["tables"]["hard_positives"]
     assert section["balanced"] and section["files"]["a.jsonl"]["read"] == 9 and section["files"]["b.jsonl"]["read"] == 1
     assert section["reject_reasons"] == {"bad_caption": 1, "bad_key": 1, "duplicate_key": 1, "not_json": 1}
@@ -158,3 +163,9 @@ def test_reference_captions_feed_the_statistics_never_the_rows(tmp_path):
     rows = rows_of(with_ref, "train_negatives")
     assert {r["key"] for r in rows} == {"only"} and any("cat" in r["hard_negative"] for r in rows)
     assert report(with_ref)["tables"]["train_negatives"]["read"] == 1
+    # the rows depend on the reference: its fingerprint is recorded with what the table was made from
+    made_from = report(with_ref)["tables"]["train_negatives"]["made_from"]
+    assert made_from["reference_captions"] == corpus.fingerprint(None, corpus.reference_files(
+        type("Opts", (), {"reference_captions": [f"{tmp_path}/ref.jsonl"], "captions_format": "auto",
+                          "caption_column": "caption", "id_column": "key", "image_column": "url"})()))
+    assert "reference_captions" not in report(alone)["tables"]["train_negatives"]["made_from"]

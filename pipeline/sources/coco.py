@@ -166,18 +166,3 @@ class ReadCocoCaptions(beam.PTransform):
 
 def labelled(letter: dict, stage: str, table: str) -> dict:
     return {**letter, "stage": stage, "table": table}
-
-
-def read_captions(pipeline: beam.Pipeline, path: str, stage: str, table: str,
-                  bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
-    """ReadCocoCaptions for one table, the file read and parsed once per pipeline however many tables read it
-    (train_negatives with LLM negative types: its own table and llm_negatives); each table gets the records, the
-    read counts and the rejected records as its own dead letters. At full size each extra read cost a parse of
-    the whole file in one worker and another 591,753 records held by a local runner between steps."""
-    reads = pipeline.__dict__.setdefault("_hardpos_coco_reads", {})
-    key = (path, repr(bounds))
-    if key not in reads:
-        reads[key] = pipeline | f"ReadCaptions{len(reads) or ''}" >> ReadCocoCaptions(path, stage, table, bounds)
-    shared = reads[key]
-    rejected = shared[REJECTED] | f"RejectedCaptionsOf{table}" >> beam.Map(labelled, stage, table)
-    return {"records": shared["records"], REJECTED: rejected, READ: shared[READ]}

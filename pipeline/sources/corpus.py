@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import UsageError
 from pipeline.perturb.outcomes import Discard, Reject
+from pipeline.publish.image_shards import IMAGE_SUFFIXES, sample_key
 from pipeline.records import example_id
 from pipeline.sources import coco
 from pipeline.sources.files import DEFAULT_BOUNDS, READ, InputBounds, reject_letter
@@ -36,7 +37,6 @@ SNIFF_BYTES = 1 << 16
 # to say what is wrong with it in one line and to count its captions for the progress totals (COCO's own files
 # are 25 and 91 MB). A larger one is only sniffed: its problems become a dead letter of the run.
 COCO_CHECKED_BYTES = 256 << 20
-IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp")
 DUPLICATE_KEY = "duplicate_key"
 
 
@@ -59,6 +59,7 @@ class InputFile:
     name: str        # source_file: the report's per-file accounting and the dead letters name it
     format: str
     size: int
+    mtime: float = 0.0  # as the listing gave it: the fingerprint of a corpus too big to hash
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,14 @@ class Unit:
     end: int = 0
 
 
+def split_patterns(values) -> list[str]:
+    """A repeatable flag's values, each comma-separated, as one list of patterns (spaces around commas dropped)."""
+    return [p.strip() for value in (values or []) for p in value.split(",") if p.strip()]
+
+
 def patterns_of(opts) -> list[str]:
     """--captions as given (repeatable, each comma-separated), else --coco_captions."""
-    given = [p.strip() for value in (opts.captions or []) for p in value.split(",") if p.strip()]
-    return given or ([opts.coco_captions] if opts.coco_captions else [])
+    return split_patterns(opts.captions) or ([opts.coco_captions] if opts.coco_captions else [])
 
 
 def requested(opts) -> bool:
@@ -84,7 +89,7 @@ def requested(opts) -> bool:
 def input_files(opts) -> list[InputFile]:
     """The files the patterns match, each with its format; UsageError (one line) for a pattern that matches
     nothing, a format that cannot be told, or columns a Parquet or CSV file does not have."""
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, float]] = {}
     for pattern in patterns_of(opts):
         try:
             matched = FileSystems.match([pattern])[0].metadata_list
@@ -96,11 +101,11 @@ def input_files(opts) -> list[InputFile]:
             raise UsageError(f"--captions: no file matches {pattern}" if opts.captions else
                              f"{pattern}: no such file")
         for m in files:
-            found.setdefault(m.path, m.size_in_bytes)
+            found.setdefault(m.path, (m.size_in_bytes, getattr(m, "last_updated_in_seconds", 0.0) or 0.0))
     paths = sorted(found)
     names = _display_names(paths)
     fmt = opts.captions_format if opts.captions else "coco"
-    out = [InputFile(p, names[p], resolve_format(p, fmt), found[p]) for p in paths]
+    out = [InputFile(p, names[p], resolve_format(p, fmt), *found[p]) for p in paths]
     for f in out:
         check_file(f, Columns.of(opts))
     return out
@@ -161,7 +166,8 @@ def check_file(f: InputFile, columns: Columns) -> None:
             raise UsageError(f"{f.path}: no column {missing[0]!r} (columns: {', '.join(names)}); name it with "
                              f"--{'caption' if missing[0] == columns.caption else 'id'}_column")
     elif f.format == "csv":
-        header = next(csv.reader(io.StringIO(_head(f.path).decode("utf-8-sig", "replace").split("\n", 1)[0])), [])
+        header = next(csv.reader(io.StringIO(_head(f.path).decode("utf-8-sig", "replace").split("\n", 1)[0]),
+                                 dialect=csv_dialect(f.path)), [])
         missing = [c for c in (columns.caption, columns.key) if c not in header]
         if missing:
             raise UsageError(f"{f.path}: no column {missing[0]!r} in its header ({', '.join(header)}); name it "
@@ -200,11 +206,12 @@ def _row_groups(path: str) -> int:
 FINGERPRINT_BYTES = 1 << 30
 
 
-def fingerprint(opts) -> str:
-    """What identifies the corpus --captions reads, for train_set's check that its tables were made from it."""
+def fingerprint(opts, files: list[InputFile] | None = None) -> str:
+    """What identifies the corpus --captions reads (or `files`), for train_set's check that its tables were made
+    from it."""
     import hashlib
 
-    files = input_files(opts)
+    files = input_files(opts) if files is None else files
     digest = hashlib.sha256()
     whole = sum(f.size for f in files) <= FINGERPRINT_BYTES
     for f in files:
@@ -213,8 +220,7 @@ def fingerprint(opts) -> str:
 
             part = input_sha256(f.path)
         else:
-            [meta] = FileSystems.match([f.path])[0].metadata_list or [None]
-            part = f"{f.size}:{getattr(meta, 'last_updated_in_seconds', 0)}"
+            part = f"{f.size}:{f.mtime}"
         digest.update(f"{f.name}\x1f{f.format}\x1f{part}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
@@ -352,11 +358,14 @@ def _jsonl_records(unit: Unit, columns: Columns):
                 yield offset, Reject("not_json", f"line at byte {offset}: {str(e)[:200]}")
 
 
+def csv_dialect(path: str) -> str:
+    return "excel-tab" if path.lower().endswith(".tsv") else "excel"
+
+
 def _csv_records(unit: Unit, columns: Columns):
     with FileSystems.open(unit.file.path, compression_type="uncompressed") as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
-        dialect = "excel-tab" if unit.file.path.lower().endswith(".tsv") else "excel"
-        reader = csv.DictReader(text, dialect=dialect)
+        reader = csv.DictReader(text, dialect=csv_dialect(unit.file.path))
         try:
             for row in reader:
                 yield reader.line_num, row
@@ -367,20 +376,23 @@ def _csv_records(unit: Unit, columns: Columns):
 def _tar_records(unit: Unit, columns: Columns):
     """webdataset samples: the members that share a key (the name up to its first dot) are one sample; its
     caption is the .txt member (or the caption column of its .json), its key the .json's key column (or the
-    sample's own key). Image members are not read: the trainer reads them by key from the tar itself."""
-    sample, key, ordinal = {}, None, 0
+    sample's own key). Image members are not read: the trainer reads them by key from the tar itself (the same
+    key: image_shards.sample_key)."""
+    sample, group, ordinal = {}, None, 0
     with FileSystems.open(unit.file.path, compression_type="uncompressed") as raw:
         try:
             with tarfile.open(fileobj=raw, mode="r|*") as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
-                    base, _, ext = member.name.partition(".")
-                    if base != key and key is not None:
-                        yield ordinal, _sample_record(key, sample, columns, unit.file.name)
+                    # a sample: its members' folder and key ("./000.jpg" and "000.txt" are sample "000")
+                    name = posixpath.normpath(member.name)
+                    this = (posixpath.dirname(name), sample_key(name))
+                    if this != group and group is not None:
+                        yield ordinal, _sample_record(group[1], sample, columns, unit.file.name)
                         ordinal, sample = ordinal + 1, {}
-                    key = base
-                    ext = ext.lower()
+                    group = this
+                    ext = posixpath.basename(name).partition(".")[2].lower()
                     if ext in ("txt", "json"):
                         sample[ext] = tar.extractfile(member).read()
                     elif ext in IMAGE_SUFFIXES:
@@ -388,8 +400,8 @@ def _tar_records(unit: Unit, columns: Columns):
         except (tarfile.TarError, OSError, EOFError) as e:
             yield ordinal, Reject("bad_tar", f"{unit.file.name} after sample {ordinal}: {str(e)[:200]}")
             return
-    if key is not None:
-        yield ordinal, _sample_record(key, sample, columns, unit.file.name)
+    if group is not None:
+        yield ordinal, _sample_record(group[1], sample, columns, unit.file.name)
 
 
 def _sample_record(key: str, sample: dict, columns: Columns, tar_name: str):
@@ -404,7 +416,7 @@ def _sample_record(key: str, sample: dict, columns: Columns, tar_name: str):
     record = dict(meta)
     if "txt" in sample:
         record[columns.caption] = sample["txt"].decode("utf-8", errors="surrogateescape")
-    record.setdefault(columns.key, posixpath.basename(key))
+    record.setdefault(columns.key, key)
     if "image" not in sample:
         return Reject("no_image", f"sample {key} of {tar_name} has no image member")
     return record
@@ -473,8 +485,7 @@ def read_captions(pipeline: beam.Pipeline, opts, stage: str, table: str, bounds:
 
 
 def reference_files(opts) -> list[InputFile]:
-    patterns = [p.strip() for value in opts.reference_captions for p in value.split(",") if p.strip()]
-    return input_files(_ReferenceOptions(patterns, opts))
+    return input_files(_ReferenceOptions(split_patterns(opts.reference_captions), opts))
 
 
 def read_reference(pipeline: beam.Pipeline, opts, bounds: InputBounds = DEFAULT_BOUNDS):

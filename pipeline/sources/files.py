@@ -182,6 +182,10 @@ def input_record(files: dict[str, str], opts) -> dict:
         record["sha256"]["captions"] = corpus.fingerprint(opts)
         record["options"].update({flag: getattr(opts, flag) for flag in ("captions_format", "caption_column",
                                                                          "id_column", "image_column")})
+    if getattr(opts, "reference_captions", None):  # the statistics the negatives used (not compared by a join)
+        from pipeline.sources import corpus
+
+        record["reference_captions"] = corpus.fingerprint(opts, corpus.reference_files(opts))
     return record
 
 

@@ -148,7 +148,8 @@ def check_inputs(opts: HardposOptions) -> None:
     holds the folder's lock and has finished a commit cut short there (pipeline/run.py)."""
     from pipeline.stages.captions import check_captions
 
-    check_captions(opts)  # the captions the other tables were made from    hard_positives.positive_types(opts)
+    check_captions(opts)  # the captions the other tables were made from
+    hard_positives.positive_types(opts)
     train_negatives.negative_types(opts)
 
 
