@@ -120,6 +120,14 @@ def _flags_what_to_run(group) -> None:
     group.add_argument("--dask_log_level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="--runner=DaskRunner: the level of Dask's own log lines (its scheduler and workers "
                             "print dozens at INFO for a local cluster).")
+    group.add_argument("--spill_dir", default=None,
+                       help="Folder for the big intermediate data of a run on one machine (rows on their way to "
+                            "their shards, groupings, captions waiting on the corpus statistics), written to files "
+                            "instead of held by the runner, so memory stays flat as the input grows (default: a "
+                            "temporary folder, for the local runner and a local Dask cluster; a remote Dask "
+                            "cluster needs one its workers share; Dataflow uses its shuffle service; off: the "
+                            "runner's own shuffles, in memory). Removed after the run. Needs about 3 KB of disk per "
+                            "caption.")
 
 
 def _flags_eval_sets(group) -> None:

@@ -31,6 +31,8 @@ import functools
 import gc
 import logging
 import re
+import shutil
+import tempfile
 import time
 
 import apache_beam as beam
@@ -50,6 +52,7 @@ from pipeline.io.commit import (
     remove_staging,
     replace_file,
 )
+from pipeline.io import spill
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import (
     REPORT_FILE,
@@ -348,11 +351,13 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         if read_from or not getattr(opts, flag):
             setattr(opts, flag, read_from or target)
     opts.output_dir = staging
+    folder = _spill_folder(opts, options)
     try:
         pipeline = beam.Pipeline(options=options)
-        (stage.build(pipeline, opts)
-         | "SumCounts" >> beam.CombineGlobally(SumCounts())
-         | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs, made_from))
+        with spill.spilling(folder):
+            (stage.build(pipeline, opts)
+             | "SumCounts" >> beam.CombineGlobally(SumCounts())
+             | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs, made_from))
         # The local runners run to the end inside run(), while the printer's thread reports; remote runners
         # (Dataflow) return at once, and their live counters are polled instead.
         with ProgressPrinter(opts.progress_seconds):
@@ -365,9 +370,26 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         opts.output_dir = target
         if read_from:
             opts.hard_positives_dir, opts.train_negatives_dir = given
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
     if state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
     return read_json(FileSystems.join(staging, REPORT_FILE))
+
+
+def _spill_folder(opts: HardposOptions, options: PipelineOptions) -> str | None:
+    """Where this pipeline's big intermediate data goes (pipeline/io/spill.py): a folder of its own, in --spill_dir
+    or a temporary one for the runners on this machine; None on the others (their shuffle is not in memory)."""
+    if opts.spill_dir == "off":
+        return None
+    runner = runner_path(options.view_as(StandardOptions).runner)
+    local = runner == LOCAL_RUNNER or (runner == FIXED_DASK
+                                       and not options.get_all_options().get("dask_client_address"))
+    if not opts.spill_dir and not local:
+        return None
+    if opts.spill_dir:
+        os.makedirs(opts.spill_dir, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"hardpos-spill-{opts.stage}-", dir=opts.spill_dir or None)
 
 
 def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple] | None:

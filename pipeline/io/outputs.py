@@ -34,6 +34,11 @@ class _CheckSchema(beam.DoFn):
         yield row
 
 
+def _parts(letters) -> tuple:
+    """Dead letters given as one PCollection or several."""
+    return tuple(letters) if isinstance(letters, (list, tuple)) else (letters,)
+
+
 def _count_rows(row, table: str, group: Callable[[dict], tuple] | None):
     yield ("rows", table, row["source_file"]), 1
     if group:
@@ -53,7 +58,8 @@ def _count_shard(written, table: str, kind: str):
 class WriteTableOutputs(beam.PTransform):
     """Rows, dead letters and read counts of one table -> Parquet files; outputs (count key, n) for the report.
 
-    Input: {"rows", "read" (file, records in file), "rejected", "discarded"}, one PCollection each, and
+    Input: {"rows", "read" (file, records in file), "rejected", "discarded"}, one PCollection each (the dead
+    letters may be several), and
     optionally "emitted" (the source_file of each record that gave rows) where a record gives several rows.
     Writes <output_dir>/<table>/<split>-*.parquet against schemas/<schema>.json and
     <output_dir>/{rejected,discarded}/<table>-*.parquet against schemas/dead_letters.json.
@@ -88,14 +94,17 @@ class WriteTableOutputs(beam.PTransform):
             counts.append(
                 inputs["emitted"] | "CountEmitted" >> beam.Map(lambda f, t: (("emitted", t, f), 1), self.table))
         dead_schema = load_schema(DEAD_LETTER_SCHEMA)
-        for kind, letters in ((REJECTED, (inputs[REJECTED], checked[REJECTED])), (DISCARDED, (inputs[DISCARDED],))):
-            for i, part in enumerate(letters):  # before the Flatten, so the ticks come as the letters do
+        for kind, letters in ((REJECTED, (*_parts(inputs[REJECTED]), checked[REJECTED])),
+                              (DISCARDED, _parts(inputs[DISCARDED]))):
+            for i, part in enumerate(letters):  # per part, not after a Flatten: the ticks come as the letters do,
+                # and a local runner keeps a Flatten's inputs whole
                 _ = part | f"Progress{kind.title()}{i}" >> beam.ParDo(Tick(self.table, kind))
-            dead = letters | f"All{kind.title()}" >> beam.Flatten()
-            counts.append(dead | f"Count{kind.title()}" >> beam.FlatMap(_count_dead, self.table))
-            dead_written = dead | f"Write{kind.title()}" >> WriteParquetTable(
+                counts.append(part | f"Count{kind.title()}{i or ''}" >> beam.FlatMap(_count_dead, self.table))
+            dead_written = letters | f"Write{kind.title()}" >> WriteParquetTable(
                 FileSystems.join(self.output_dir, kind), dead_schema, prefix=self.table,
                 rows_per_shard=self.rows_per_shard, shard_by="record_key")
             counts.append(dead_written | f"Count{kind.title()}Shards" >> beam.FlatMap(
                 _count_shard, self.table, "dead_letter_shard"))
-        return counts | "AllCounts" >> beam.Flatten()
+        # summed where they are made: a count per row would otherwise cross the runner as one element each
+        summed = [c | f"Sum{i}" >> beam.CombinePerKey(sum) for i, c in enumerate(counts)]
+        return summed | "AllCounts" >> beam.Flatten()

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.io import spill
 from pipeline.io.schema import TableSchema
 from pipeline.tables.shards import VERIFY_PAGES  # noqa: F401  (stages/ import it from here)
 from pipeline.tables.shards import shard_bytes, shard_glob, shard_name
@@ -33,6 +34,18 @@ def write_shard(rows: list[dict], path: str, schema: TableSchema) -> str:
     with FileSystems.create(path) as sink:
         sink.write(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def _pieces_by_shard(path: str, num_shards: int, shard_by: str, folder: str):
+    """A spill file of rows -> (shard, path of a file of its rows of that shard) per shard it has rows of."""
+    writers = {}
+    for row in spill.read_file(path):
+        index = _shard_of(row[shard_by], num_shards)
+        if index not in writers:
+            writers[index] = spill.Writer(f"{folder}/pieces", f"shard{index}")
+        writers[index].add(row)
+    for index, writer in sorted(writers.items()):
+        yield index, writer.close()
 
 
 class _Counted:
@@ -68,20 +81,42 @@ class WriteParquetTable(beam.PTransform):
         self.shard_by = shard_by
 
     def expand(self, rows):
+        """`rows`: a PCollection, or several (their Flatten, which a spilling run never holds whole)."""
+        parts = list(rows) if isinstance(rows, (list, tuple)) else [rows]
+        counted = [p | f"CountRows{i or ''}" >> beam.combiners.Count.Globally() for i, p in enumerate(parts)]
         num_shards = (
-            rows
-            | "CountRows" >> beam.combiners.Count.Globally()
+            (counted | "AllCounts" >> beam.Flatten() if len(counted) > 1 else counted[0])
+            | "SumCounts" >> beam.CombineGlobally(sum)
             | "NumShards" >> beam.Map(num_shards_for, self.rows_per_shard)
         )
         shards = beam.pvalue.AsSingleton(num_shards)
-        keyed = rows | "KeyByShard" >> beam.Map(lambda r, n, col: (_shard_of(r[col], n), r), shards, self.shard_by)
         every_shard = num_shards | "EveryShard" >> beam.FlatMap(lambda n: [(i, None) for i in range(n)])
+        if spill.directory() is None:
+            rows = parts | "FlattenRows" >> beam.Flatten() if len(parts) > 1 else parts[0]
+            keyed = rows | "KeyByShard" >> beam.Map(lambda r, n, col: (_shard_of(r[col], n), r), shards,
+                                                    self.shard_by)
+            return (
+                (keyed, every_shard)
+                | "Flatten" >> beam.Flatten()
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.Map(self._write, shards)
+            )
+        # the rows go to files as they come; once their count is known each file is cut into a piece per shard,
+        # and a shard's writer reads its pieces: only paths cross the runner
+        files = spill.spill_each(parts, "Rows")
+        pieces = files | "PiecesByShard" >> beam.FlatMap(_pieces_by_shard, shards, self.shard_by,
+                                                         spill.directory())
         return (
-            (keyed, every_shard)
-            | "Flatten" >> beam.Flatten()
+            (pieces, every_shard)
+            | "FlattenPieces" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.Map(self._write, shards)
+            | "WriteShard" >> beam.Map(self._write_pieces, shards)
         )
+
+    def _write_pieces(self, shard, num_shards):
+        index, pieces = shard
+        paths = sorted(p for p in pieces if p is not None)
+        return self._write((index, (row for path in paths for row in spill.read_file(path))), num_shards)
 
     def _write(self, shard, num_shards):
         index, rows = shard

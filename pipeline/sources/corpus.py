@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import UsageError
 from pipeline.perturb.outcomes import Discard, Reject
@@ -456,8 +457,8 @@ class ReadCorpus(beam.PTransform):
                 for tag in ("records", REJECTED, DISCARDED, READ)}
         merged = {tag: pcolls | f"All{tag.title()}" >> beam.Flatten() for tag, pcolls in flat.items()}
         if len(self.files) > 1 or others:  # keys are the corpus's: one record per key across its files
-            unique = (merged["records"] | "ByKey" >> beam.Map(lambda r: (r["example_id"], r))
-                      | "GroupKeys" >> beam.GroupByKey()
+            unique = (spill.group_by_key(merged["records"] | "ByKey" >> beam.Map(lambda r: (r["example_id"], r)),
+                                         "GroupKeys")
                       | "FirstOfKey" >> beam.FlatMap(_first_of_key).with_outputs(REJECTED, main="records"))
             seen_again = unique[REJECTED] | "DuplicateLetters" >> beam.Map(self._duplicate)
             merged["records"] = unique.records

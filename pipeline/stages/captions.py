@@ -10,6 +10,7 @@ import hashlib
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.corpus import CorpusCounts
@@ -161,15 +162,20 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     read = corpus.read_captions(pipeline, opts, stage, table, bounds)
     batch = lambda: beam.BatchElements(min_batch_size=opts.nlp_batch_size,  # noqa: E731
                                        max_batch_size=opts.nlp_batch_size * 4)
-    batches = read["records"] | "Batch" >> batch()
+    # a spilling run writes the records to files as the statistics are counted and reads them back for the rows,
+    # which wait for the statistics (a local runner would hold them all meanwhile)
+    records = read["records"]
+    if with_corpus:
+        records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions")
+    batches = records | "Batch" >> batch()
     extra, outputs = [], {}
     if with_corpus:
         # the statistics' captions: the input's, and --reference_captions' (never rows)
-        counted, counted_batches = read["records"], batches
+        counted = read["records"]
         if opts.reference_captions:
-            counted = ((read["records"], corpus.read_reference(pipeline, opts, bounds))
-                       | "WithReference" >> beam.Flatten())
-            counted_batches = counted | "BatchCounted" >> batch()
+            counted = spill.unspill(spill.spill_each((read["records"], corpus.read_reference(pipeline, opts, bounds)),
+                                                     "WithReference"), "Counted")
+        counted_batches = counted | "BatchCounted" >> batch()
         model = counted | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
         if with_relations:
             parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
@@ -179,9 +185,9 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
         extra, outputs = [beam.pvalue.AsSingleton(model)], {"corpus": model}
     built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
                                                                                    main="rows")
-    rejected = (read[REJECTED], built[REJECTED]) | "AllRejected" >> beam.Flatten()
-    discarded = (read[DISCARDED], built[DISCARDED]) | "AllDiscarded" >> beam.Flatten()
-    return {"rows": built.rows, "read": read["read"], REJECTED: rejected, DISCARDED: discarded,
+    # parts, not a Flatten (which a local runner keeps whole): WriteTableOutputs writes them as one
+    return {"rows": built.rows, "read": read["read"], REJECTED: (read[REJECTED], built[REJECTED]),
+            DISCARDED: (read[DISCARDED], built[DISCARDED]),
             EMITTED: built[EMITTED], **outputs}
 
 

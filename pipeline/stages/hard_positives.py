@@ -73,8 +73,8 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     if rules:
         parts.append(rule_parts(read["records"], opts, rules))
     # caption records that gave no prompt and no rule row: malformed ones, and (img2dataset) failed downloads
-    malformed = ((read[REJECTED], read[DISCARDED]) | "DeadCaptions" >> beam.Flatten()
-                 | "RejectedFiles" >> beam.Map(lambda d: d["source_file"]))
+    malformed = [read[REJECTED] | "RejectedFiles" >> beam.Map(lambda d: d["source_file"]),
+                 read[DISCARDED] | "DiscardedFiles" >> beam.Map(lambda d: d["source_file"])]
     discarded = [read[DISCARDED]] + [p[DISCARDED] for p in parts if DISCARDED in p]
     # emitted: an accepted LLM prompt, or a caption with a rule positive (it may have two rows, one per rule)
     emitted = [p["rows"] | "LlmEmitted" >> beam.Map(lambda r: r["source_file"]) if "emitted" not in p else p["emitted"]
@@ -82,10 +82,11 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     written = {
         "rows": [p["rows"] for p in parts] | "AllRows" >> beam.Flatten(),
         # read = LLM prompts + captions asked for rule positives + malformed caption records
-        "read": count_units([p["units"] for p in parts] + [malformed], ""),
+        "read": count_units([p["units"] for p in parts] + malformed, ""),
         "emitted": emitted | "AllEmitted" >> beam.Flatten(),
-        REJECTED: ([read[REJECTED]] + [p[REJECTED] for p in parts if REJECTED in p]) | "AllRejected" >> beam.Flatten(),
-        DISCARDED: discarded | "AllDiscarded" >> beam.Flatten(),
+        # parts, not a Flatten (a local runner keeps a Flatten whole): WriteTableOutputs writes them as one
+        REJECTED: tuple([read[REJECTED]] + [p[REJECTED] for p in parts if REJECTED in p]),
+        DISCARDED: tuple(discarded),
     } | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
                                          group=lambda r: (r["positive_type"],))
     captions = read["read"] | "CaptionCounts" >> beam.Map(lambda fn: (("llm", TABLE, "captions"), fn[1]))

@@ -286,8 +286,11 @@ def _prompt_count(answer: dict) -> int:
 def count_units(units, label: str):
     """The source_file of each unit of account (a prompt, a (caption, rule type) pair, a malformed record), from
     several PCollections -> (file, units), the "read" counts of WriteTableOutputs."""
-    return (units | f"AllUnits{label}" >> beam.Flatten()
-            | f"UnitsPerFile{label}" >> beam.combiners.Count.PerElement())
+    # counted per PCollection where it is made, then summed: a Flatten of a unit per caption would be kept whole
+    # by a local runner
+    counted = [u | f"UnitsPerFile{label}{i or ''}" >> beam.combiners.Count.PerElement() for i, u in enumerate(units)]
+    return (counted | f"AllUnits{label}" >> beam.Flatten()
+            | f"SumUnits{label}" >> beam.CombinePerKey(sum))
 
 
 # Prompts per bucket, in batches: enough for full batches, few enough buckets to spread over the workers.

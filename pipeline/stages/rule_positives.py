@@ -26,6 +26,7 @@ from collections import Counter
 
 import apache_beam as beam
 
+from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, dead_letter
 from pipeline.io.report import SumCounts
 from pipeline.llm.validate import shared_validator
@@ -284,22 +285,29 @@ def rule_parts(records, opts, types: list[str]) -> dict:
         opts.allow_eval_substitutions)).with_outputs(UNITS, main="items")
     applicable = (proposed.items | "RuleApplicability" >> beam.FlatMap(applicability)
                   | "SumApplicability" >> beam.CombineGlobally(SumCounts()))
-    histogram = (proposed.items | "RuleThresholds" >> beam.FlatMap(threshold, beam.pvalue.AsSingleton(applicable),
-                                                                   opts.seed)
+    # a spilling run writes the items to files and reads them back in each pass that waits on a corpus figure
+    # (a local runner would hold them all between the passes)
+    items = spill.spill(proposed.items, "RuleItems")
+    histogram = (spill.unspill(items, "RuleItemsForThresholds")
+                 | "RuleThresholds" >> beam.FlatMap(threshold, beam.pvalue.AsSingleton(applicable), opts.seed)
                  | "SumThresholds" >> beam.CombineGlobally(SumCounts()))
     allowance = histogram | "RuleAllowances" >> beam.Map(allowances, opts.max_substitution_share)
-    first = proposed.items | "FirstChoice" >> beam.ParDo(
+    first = spill.unspill(items, "RuleItemsForFirstChoice") | "FirstChoice" >> beam.ParDo(
         FirstChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable),
         beam.pvalue.AsSingleton(allowance)).with_outputs("round1", main="items")
     round1 = first.round1 | "SumFirstChoice" >> beam.CombineGlobally(SumCounts())
-    chosen = first.items | "SecondChoice" >> beam.ParDo(
+    second = spill.unspill(spill.spill(first.items, "RuleItemsRound1"), "RuleItemsRound1")
+    chosen = second | "SecondChoice" >> beam.ParDo(
         SecondChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable), beam.pvalue.AsSingleton(allowance),
         beam.pvalue.AsSingleton(round1)).with_outputs(EMITTED, DISCARDED, "chosen", main="rows")
     captions = records | "RuleCaptions" >> beam.Map(lambda _: (("rules", "hard_positives", "captions"), 1))
     shown = applicable | "ApplicabilityCounts" >> beam.FlatMap(
         lambda counts: [(("rules", "hard_positives", "applicable", t, key), n) for (t, key), n in counts.items()
                         if key.startswith("__")])
-    counts = (captions, shown, chosen["chosen"]) | "RuleCounts" >> beam.Flatten()
+    # summed where made: a count per caption would cross a local runner one element each
+    counts = ([c | f"SumRuleCounts{i}" >> beam.CombinePerKey(sum) for i, c in enumerate((captions, shown,
+                                                                                         chosen["chosen"]))]
+              | "RuleCounts" >> beam.Flatten())
     return {"rows": chosen.rows, "units": proposed[UNITS], EMITTED: chosen[EMITTED], DISCARDED: chosen[DISCARDED],
             "counts": counts}
 

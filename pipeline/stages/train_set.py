@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.checks import separability
+from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.parquet import VERIFY_PAGES
@@ -130,6 +131,8 @@ class Separability(beam.PTransform):
 
     def expand(self, rows):
         model = rows | "CountWords" >> beam.CombineGlobally(_CountWords(self.seed))
+        # the scoring pass waits on the model: a spilling run reads the rows back from files meanwhile
+        rows = spill.unspill(spill.spill(rows, "SeparabilityRows"), "SeparabilityRows")
         return rows | "ScorePairs" >> beam.FlatMap(_separability_counts, beam.pvalue.AsSingleton(model))
 
 
@@ -259,20 +262,22 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
 def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
     read = corpus.read_captions(pipeline, opts, STAGE, TABLE, InputBounds.of(opts))
     by_id = lambda label, pcoll: pcoll | label >> beam.Map(lambda r: (r["example_id"], r))  # noqa: E731
-    joined = ({"caption": by_id("KeyCaptions", read["records"]), "positive": by_id("KeyPositives", positives),
-               "negative": by_id("KeyNegatives", negatives)}
-              | "JoinTrain" >> beam.CoGroupByKey())
+    joined = spill.co_group_by_key({"caption": by_id("KeyCaptions", read["records"]),
+                                    "positive": by_id("KeyPositives", positives),
+                                    "negative": by_id("KeyNegatives", negatives)}, "JoinTrain")
     built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
                                                          train_negatives.negative_types(opts), opts.seed)).with_outputs(
         DISCARDED, JOINED_COUNTS, main="rows")
-    discarded = (read[DISCARDED], built[DISCARDED]) | "AllDiscarded" >> beam.Flatten()
+    discarded = (read[DISCARDED], built[DISCARDED])  # parts: WriteTableOutputs writes them as one
     written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: discarded} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
                                           group=lambda r: (r["positive_type"], r["negative_type"]),
                                           row_counts=Separability(opts.seed))
     sent = [pcoll | f"CountSent{side.title()}" >> beam.Map(lambda _, s: (("join_sent", TABLE, s), 1), side)
             for side, pcoll in zip(JOINED, (read["records"], positives, negatives))]
-    return (written, built[JOINED_COUNTS], *sent) | "TrainCounts" >> beam.Flatten()
+    # summed where made: a count per row would cross a local runner one element each
+    summed = [c | f"SumTrainCounts{i}" >> beam.CombinePerKey(sum) for i, c in enumerate((built[JOINED_COUNTS], *sent))]
+    return (written, *summed) | "TrainCounts" >> beam.Flatten()
 
 
 def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:

@@ -1,0 +1,196 @@
+"""Big PCollections through files instead of the runner's shuffle, so that a local run's memory does not grow with
+its input.
+
+Beam's local runner (the FnApiRunner behind the DirectRunner) keeps every PCollection that crosses a stage boundary
+(a GroupByKey, a multi-input Flatten, a ParDo waiting on a side input) in the launcher's memory, and hands each
+worker its half of a stage's input as one bundle: at 591,753 captions that was 7.3 GiB, growing 0.75 GiB per
+100,000 captions. Here the producer writes the elements to files in a spill folder as they come (pickled, a block
+at a time) and only the files' paths cross the boundary; the consumer, in a stage of its own, reads them back. A
+grouping writes each element to the file of its key's partition and groups one partition at a time.
+
+Off (every function the identity, or Beam's GroupByKey) unless the launcher set a spill folder for the run
+(pipeline/run.py: local runners; Dataflow's shuffle service needs none). Outputs never depend on it: consumers
+sort where order matters, as they must after any shuffle. A file is named by a random id, so bundles, workers and
+retries never share one; the folder is removed after the run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import uuid
+import zlib
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+BLOCK = 512  # elements per pickle.dump: few calls, little held
+PARTITIONS = 64  # a grouping's partitions: at 3.3 M captions about 52,000 keys each, grouped in one worker
+
+_directory: str | None = None
+
+
+@contextlib.contextmanager
+def spilling(directory: str | None):
+    """Graphs built inside spill to `directory` (None: they use the runner's own shuffles)."""
+    global _directory
+    before, _directory = _directory, directory
+    try:
+        yield
+    finally:
+        _directory = before
+
+
+def directory() -> str | None:
+    return _directory
+
+
+def partition_of(key, partitions: int) -> int:
+    """A stable partition of a key (str, int, bytes or a tuple of them): the same on every worker and run."""
+    data = key if isinstance(key, bytes) else repr(key).encode("utf-8", "surrogatepass")
+    return zlib.crc32(data) % partitions
+
+
+def _global(value):
+    return WindowedValue(value, GlobalWindow().max_timestamp(), (GlobalWindow(),))
+
+
+class Writer:
+    """One spill file, written a block at a time."""
+
+    def __init__(self, folder: str, name: str):
+        os.makedirs(folder, exist_ok=True)
+        self.path = os.path.join(folder, f"{name}-{uuid.uuid4().hex}.pkl")
+        self.file = open(self.path, "wb")
+        self.block, self.count = [], 0
+
+    def add(self, element):
+        self.block.append(element)
+        self.count += 1
+        if len(self.block) >= BLOCK:
+            self._flush()
+
+    def _flush(self):
+        if self.block:
+            pickle.dump(self.block, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+            self.block = []
+
+    def close(self) -> str:
+        self._flush()
+        self.file.close()
+        return self.path
+
+
+def read_file(path: str):
+    """The elements of a spill file, in the order written."""
+    with open(path, "rb") as f:
+        while True:
+            try:
+                block = pickle.load(f)
+            except EOFError:
+                return
+            yield from block
+
+
+class _SpillFn(beam.DoFn):
+    """Elements -> files; at the end of each bundle, (partition, path) per file written. With `partitions`, an
+    element is a (key, value) pair and goes to the file of its key's partition."""
+
+    def __init__(self, folder: str, name: str, partitions: int = 0, tag=None):
+        self.folder, self.name, self.partitions, self.tag = folder, name, partitions, tag
+
+    def setup(self):
+        os.makedirs(self.folder, exist_ok=True)
+
+    def start_bundle(self):
+        self.writers: dict[int, Writer] = {}
+
+    def process(self, element):
+        index = partition_of(element[0], self.partitions) if self.partitions else 0
+        writer = self.writers.get(index)
+        if writer is None:
+            writer = self.writers[index] = Writer(self.folder, f"{self.name}-{index}")
+        writer.add(element if self.tag is None else (element[0], (self.tag, element[1])))
+
+    def finish_bundle(self):
+        for index, writer in sorted(self.writers.items()):
+            yield _global((index, writer.close()))
+        self.writers = {}
+
+
+def _folder(name: str) -> str:
+    return os.path.join(_directory, name.replace("/", "_").replace(" ", "_"))
+
+
+def spill(pcoll, label: str):
+    """Elements -> a PCollection of spill files holding them (the elements themselves when not spilling)."""
+    if _directory is None:
+        return pcoll
+    return (pcoll | f"Spill{label}" >> beam.ParDo(_SpillFn(_folder(label), label))
+            | f"Spilled{label}" >> beam.Map(lambda item: item[1]))
+
+
+def unspill(files, label: str):
+    """spill's files -> their elements, read in the consuming stage (the elements as they are when not spilling).
+    Call it once per consumer that waits on something else (a side input): one read feeding two such stages
+    would be kept whole between them."""
+    if _directory is None:
+        return files
+    return files | f"Unspill{label}" >> beam.FlatMap(read_file)
+
+
+def spill_each(pcolls, label: str):
+    """Several PCollections -> one PCollection of their spill files (their Flatten when not spilling): a Flatten of
+    big inputs is itself kept whole by the local runner, a Flatten of paths is not."""
+    pcolls = list(pcolls)
+    if _directory is None:
+        return pcolls | f"All{label}" >> beam.Flatten() if len(pcolls) > 1 else pcolls[0]
+    files = [spill(p, f"{label}{i}") for i, p in enumerate(pcolls)]
+    return files | f"AllFiles{label}" >> beam.Flatten() if len(files) > 1 else files[0]
+
+
+def _group_partition(item):
+    """(partition, files) -> (key, [values]) for every key in them, in key order (a partition's keys are grouped in
+    memory: a partition is 1/PARTITIONS of the input)."""
+    _, paths = item
+    groups: dict = {}
+    for path in sorted(paths):
+        for key, value in read_file(path):
+            groups.setdefault(key, []).append(value)
+    for key in sorted(groups, key=repr):
+        yield key, groups.pop(key)
+
+
+def group_by_key(pcoll, label: str, partitions: int = PARTITIONS):
+    """(key, value) pairs -> (key, [values]): Beam's GroupByKey, or the files' version when spilling."""
+    if _directory is None:
+        return pcoll | label >> beam.GroupByKey()
+    return _grouped({None: pcoll}, label, partitions)
+
+
+def _grouped(tagged: dict, label: str, partitions: int):
+    """{tag: (key, value) pairs} -> (key, [value, or (tag, value) where tag is not None])."""
+    folder = _folder(label)
+    files = [pcoll | f"{label}Spill{i}" >> beam.ParDo(_SpillFn(folder, f"{label}{i}", partitions, tag))
+             for i, (tag, pcoll) in enumerate(sorted(tagged.items(), key=lambda item: repr(item[0])))]
+    files = files | f"{label}Files" >> beam.Flatten() if len(files) > 1 else files[0]
+    return (files | f"{label}ByPartition" >> beam.GroupByKey()
+            | f"{label}Group" >> beam.FlatMap(_group_partition))
+
+
+def _co_grouped(item, tags):
+    key, values = item
+    found = {tag: [] for tag in tags}
+    for tag, value in values:
+        found[tag].append(value)
+    return key, found
+
+
+def co_group_by_key(tagged: dict, label: str, partitions: int = PARTITIONS):
+    """{tag: (key, value) pairs} -> (key, {tag: [values]}): Beam's CoGroupByKey, or the files' version."""
+    if _directory is None:
+        return tagged | label >> beam.CoGroupByKey()
+    tags = sorted(tagged)
+    return (_grouped(tagged, label, partitions)
+            | f"{label}ByTag" >> beam.Map(_co_grouped, tags))
