@@ -121,13 +121,11 @@ def _flags_what_to_run(group) -> None:
                        help="--runner=DaskRunner: the level of Dask's own log lines (its scheduler and workers "
                             "print dozens at INFO for a local cluster).")
     group.add_argument("--spill_dir", default=None,
-                       help="Folder for the big intermediate data of a run on one machine (rows on their way to "
-                            "their shards, groupings, captions waiting on the corpus statistics), written to files "
-                            "instead of held by the runner, so memory stays flat as the input grows (default: a "
-                            "temporary folder, for the local runner and a local Dask cluster; a remote Dask "
-                            "cluster needs one its workers share; Dataflow uses its shuffle service; off: the "
-                            "runner's own shuffles, in memory). Removed after the run. Needs about 3 KB of disk per "
-                            "caption.")
+                       help="Folder for the big intermediate data of a run on the local runner (rows on their way "
+                            "to their shards, groupings, captions waiting on the corpus statistics), written to "
+                            "files instead of held by the runner, so memory stays flat as the input grows (default: "
+                            "a temporary folder; removed after the run; about 1 KB of disk per caption; off: the "
+                            "runner's own shuffles, in memory). With Dask, a folder every worker shares turns it on.")
 
 
 def _flags_eval_sets(group) -> None:

@@ -117,6 +117,15 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         raise UsageError(f"--stage is required: one of {', '.join(STAGES)}")
     if not opts.output_dir:
         raise UsageError("--output_dir is required")
+    if opts.spill_dir and opts.spill_dir != "off":
+        if "://" in opts.spill_dir:
+            raise UsageError(f"--spill_dir={opts.spill_dir}: a folder on this machine's file system (or one its "
+                             "workers share), not a URL")
+        if runner_path(options.view_as(StandardOptions).runner) not in (LOCAL_RUNNER, FIXED_DASK):
+            raise UsageError(f"--spill_dir is for the local runner and Dask; --runner="
+                             f"{options.view_as(StandardOptions).runner} shuffles without it")
+        if os.path.exists(opts.spill_dir) and not os.path.isdir(opts.spill_dir):
+            raise UsageError(f"--spill_dir={opts.spill_dir}: not a folder")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
 
@@ -131,7 +140,7 @@ def _resolve_defaults(opts: HardposOptions) -> None:
 
 
 # Flags that name a file or folder (models too, but only when a local path by that name exists: otherwise a Hub id).
-_PATH_FLAGS = ("output_dir", "vl_checklist_root", "aro_vga", "replace_table", "coco_captions", "llm_replay",
+_PATH_FLAGS = ("output_dir", "spill_dir", "vl_checklist_root", "aro_vga", "replace_table", "coco_captions", "llm_replay",
                "cache_dir", "hard_positives_dir", "train_negatives_dir", "image_root", "images_dir", "publish_dir")
 _MAYBE_PATH_FLAGS = ("model", "ranker_model")
 
@@ -148,7 +157,7 @@ def _absolute_local_paths(opts: HardposOptions) -> None:
                                  for p in split_patterns(values)])
     for flag in _PATH_FLAGS + _MAYBE_PATH_FLAGS:
         value = getattr(opts, flag, None)
-        if not value or "://" in value or os.path.isabs(value):
+        if not value or "://" in value or os.path.isabs(value) or (flag, value) == ("spill_dir", "off"):
             continue
         if flag in _PATH_FLAGS or os.path.exists(value):
             setattr(opts, flag, os.path.abspath(value))
@@ -378,14 +387,13 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
 
 
 def _spill_folder(opts: HardposOptions, options: PipelineOptions) -> str | None:
-    """Where this pipeline's big intermediate data goes (pipeline/io/spill.py): a folder of its own, in --spill_dir
-    or a temporary one for the runners on this machine; None on the others (their shuffle is not in memory)."""
+    """Where this pipeline's big intermediate data goes (pipeline/io/spill.py): a folder of its own, in --spill_dir or
+    a temporary one, for the local runner by default and for Dask when --spill_dir names a folder its workers
+    share (a Dask cluster keeps its own shuffles in its workers); None otherwise."""
     if opts.spill_dir == "off":
         return None
     runner = runner_path(options.view_as(StandardOptions).runner)
-    local = runner == LOCAL_RUNNER or (runner == FIXED_DASK
-                                       and not options.get_all_options().get("dask_client_address"))
-    if not opts.spill_dir and not local:
+    if runner != LOCAL_RUNNER and not (runner == FIXED_DASK and opts.spill_dir):
         return None
     if opts.spill_dir:
         os.makedirs(opts.spill_dir, exist_ok=True)

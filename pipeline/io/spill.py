@@ -131,13 +131,18 @@ def spill(pcoll, label: str):
             | f"Spilled{label}" >> beam.Map(lambda item: item[1]))
 
 
-def unspill(files, label: str):
-    """spill's files -> their elements, read in the consuming stage (the elements as they are when not spilling).
-    Call it once per consumer that waits on something else (a side input): one read feeding two such stages
-    would be kept whole between them."""
+def _read_after(path: str, *_):
+    return read_file(path)
+
+
+def unspill(files, label: str, *wait_for):
+    """spill's files -> their elements (the elements as they are when not spilling). `wait_for`: the side inputs
+    of the step that consumes them. The files are read once those are ready, in the consumer's own stage; read
+    earlier, the read is fused into the producer's stage and the elements are kept whole between the two, as
+    if never spilled. Call it once per such consumer."""
     if _directory is None:
         return files
-    return files | f"Unspill{label}" >> beam.FlatMap(read_file)
+    return files | f"Unspill{label}" >> beam.FlatMap(_read_after, *wait_for)
 
 
 def spill_each(pcolls, label: str):

@@ -162,27 +162,25 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     read = corpus.read_captions(pipeline, opts, stage, table, bounds)
     batch = lambda: beam.BatchElements(min_batch_size=opts.nlp_batch_size,  # noqa: E731
                                        max_batch_size=opts.nlp_batch_size * 4)
-    # a spilling run writes the records to files as the statistics are counted and reads them back for the rows,
-    # which wait for the statistics (a local runner would hold them all meanwhile)
-    records = read["records"]
-    if with_corpus:
-        records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions")
-    batches = records | "Batch" >> batch()
     extra, outputs = [], {}
+    records = read["records"]
     if with_corpus:
         # the statistics' captions: the input's, and --reference_captions' (never rows)
         counted = read["records"]
         if opts.reference_captions:
             counted = spill.unspill(spill.spill_each((read["records"], corpus.read_reference(pipeline, opts, bounds)),
                                                      "WithReference"), "Counted")
-        counted_batches = counted | "BatchCounted" >> batch()
         model = counted | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
         if with_relations:
             parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
-            relations = (counted_batches | "ParseRelations" >> beam.ParDo(parse)
+            relations = (counted | "BatchCounted" >> batch() | "ParseRelations" >> beam.ParDo(parse)
                          | "CountRelations" >> beam.CombineGlobally(CountRelations()))
             model = model | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
         extra, outputs = [beam.pvalue.AsSingleton(model)], {"corpus": model}
+        # the rows wait for the statistics: a spilling run writes the records to files meanwhile and reads them
+        # back once the statistics are made (a local runner would hold them all)
+        records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions", *extra)
+    batches = records | "Batch" >> batch()
     built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
                                                                                    main="rows")
     # parts, not a Flatten (which a local runner keeps whole): WriteTableOutputs writes them as one

@@ -288,15 +288,17 @@ def rule_parts(records, opts, types: list[str]) -> dict:
     # a spilling run writes the items to files and reads them back in each pass that waits on a corpus figure
     # (a local runner would hold them all between the passes)
     items = spill.spill(proposed.items, "RuleItems")
-    histogram = (spill.unspill(items, "RuleItemsForThresholds")
+    histogram = (spill.unspill(items, "RuleItemsForThresholds", beam.pvalue.AsSingleton(applicable))
                  | "RuleThresholds" >> beam.FlatMap(threshold, beam.pvalue.AsSingleton(applicable), opts.seed)
                  | "SumThresholds" >> beam.CombineGlobally(SumCounts()))
     allowance = histogram | "RuleAllowances" >> beam.Map(allowances, opts.max_substitution_share)
-    first = spill.unspill(items, "RuleItemsForFirstChoice") | "FirstChoice" >> beam.ParDo(
+    first = spill.unspill(items, "RuleItemsForFirstChoice", beam.pvalue.AsSingleton(applicable),
+                          beam.pvalue.AsSingleton(allowance)) | "FirstChoice" >> beam.ParDo(
         FirstChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable),
         beam.pvalue.AsSingleton(allowance)).with_outputs("round1", main="items")
     round1 = first.round1 | "SumFirstChoice" >> beam.CombineGlobally(SumCounts())
-    second = spill.unspill(spill.spill(first.items, "RuleItemsRound1"), "RuleItemsRound1")
+    second = spill.unspill(spill.spill(first.items, "RuleItemsRound1"), "RuleItemsRound1",
+                           beam.pvalue.AsSingleton(round1))
     chosen = second | "SecondChoice" >> beam.ParDo(
         SecondChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable), beam.pvalue.AsSingleton(allowance),
         beam.pvalue.AsSingleton(round1)).with_outputs(EMITTED, DISCARDED, "chosen", main="rows")

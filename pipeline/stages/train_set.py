@@ -132,7 +132,7 @@ class Separability(beam.PTransform):
     def expand(self, rows):
         model = rows | "CountWords" >> beam.CombineGlobally(_CountWords(self.seed))
         # the scoring pass waits on the model: a spilling run reads the rows back from files meanwhile
-        rows = spill.unspill(spill.spill(rows, "SeparabilityRows"), "SeparabilityRows")
+        rows = spill.unspill(spill.spill(rows, "SeparabilityRows"), "SeparabilityRows", beam.pvalue.AsSingleton(model))
         return rows | "ScorePairs" >> beam.FlatMap(_separability_counts, beam.pvalue.AsSingleton(model))
 
 
