@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 import apache_beam as beam
 import pyarrow as pa
@@ -15,7 +16,7 @@ from pipeline.io import spill
 from pipeline.io.parquet import WriteParquetTable
 from pipeline.io.schema import load_schema
 from pipeline.options import FnApiDirectRunner
-from pipeline.run import main
+from pipeline.run import STAGES, _spill_folder, main, parse
 from tests.test_corpus import records
 
 
@@ -88,3 +89,47 @@ def test_a_run_spilling_writes_what_a_run_in_memory_writes(tmp_path):
     assert len(memory) > 10 and memory.keys() == files.keys()
     assert [k for k in memory if memory[k] != files[k]] == []
     assert list(spill_root.iterdir()) == []
+
+    # what the local runner keeps between its stages, in each pipeline of the chain: with spill files nothing
+    # that grows with the captions; with --spill_dir=off, the records, rows and rule items themselves
+    flags = [f"--captions={tmp_path}/*.parquet", f"--output_dir={tmp_path / 'files'}"]
+    for stage in ("train_negatives", "hard_positives", "train_set"):
+        big = [c for c in crossings([f"--stage={stage}", *flags]) if not SMALL.search(c)]
+        assert big == [], (stage, big)
+        held = [c for c in crossings([f"--stage={stage}", *flags, "--spill_dir=off"]) if not SMALL.search(c)]
+        assert held, stage
+
+
+# What may cross a stage boundary of the local runner in a spilling run: spill files' paths and pieces, combiner
+# accumulators and their sums, shard counts, read units and shard lists, and the rejected records of the read.
+SMALL = re.compile(r"Spilled|AllFiles|JoinTrainFiles|FlattenPieces|ByPartition|GroupByShard|Reshuffle|"
+                   r"CombinePerKey|/Group$|/UnKey$|InjectDefault$|NumShards$|Counts$|AllUnits$|RuleAllowances$|"
+                   r"WithDuplicates$")
+
+
+def crossings(argv: list[str]) -> list[str]:
+    """The transforms whose output the FnApiRunner keeps in the launcher between two stages of this graph (a
+    multi-input Flatten, a grouping, a wait on a side input), as Beam 2.77 fuses it."""
+    from apache_beam.runners.portability.fn_api_runner import translations
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+    from apache_beam.runners.worker import bundle_processor
+
+    options, opts = parse(argv)
+    pipeline = beam.Pipeline(options=options)
+    folder = _spill_folder(opts, options)
+    with spill.spilling(folder):
+        STAGES[opts.stage].build(pipeline, opts)
+    if folder:
+        os.rmdir(folder)
+    proto = pipeline.to_runner_api()
+    names = {tid: t.unique_name for tid, t in proto.components.transforms.items()}
+    producer = {out: t.unique_name for t in proto.components.transforms.values() if not t.subtransforms
+                for out in t.outputs.values()}
+    _, stages = FnApiRunner().create_stages(proto)
+    found = set()
+    for stage in stages:
+        for t in stage.transforms:
+            if t.spec.urn == bundle_processor.DATA_OUTPUT_URN:
+                _, name = translations.split_buffer_id(t.spec.payload)
+                found.add(producer.get(name) or names.get(name, name))
+    return sorted(found)
