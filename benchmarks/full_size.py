@@ -19,7 +19,9 @@
    per stage of its chain, from the line pipeline.run prints as each stage commits); per table rows, shards,
    bytes, rows per shard (min/max against --rows_per_shard) and whether the report balances; and writes it all
    to <work>/full_size.json; and whether the train table holds exactly the captions with both a hard positive
-   and a hard negative. "MB" here is MiB (2**20 bytes).
+   and a hard negative. "MB" here is MiB (2**20 bytes). With --baseline (the full_size.json of a run at another
+   size, e.g. 591,753 for a CC3M-size 3,318,333), also the memory growth per 100,000 captions between the two, the
+   peaks' ratio and the wall time against linear.
 """
 from __future__ import annotations
 
@@ -274,6 +276,17 @@ def train_is_the_intersection(output_dir: Path) -> dict:
     return {"captions_with_both": len(both), "train_rows": len(train), "equal": both == train}
 
 
+def against_baseline(baseline: dict, results: dict) -> dict:
+    """This run's peak memory and wall time against a run of the same mode at another size."""
+    (name, run), = results["runs"].items()
+    base = baseline["runs"][name]
+    n, n0 = results["input"]["captions"], baseline["input"]["captions"]
+    peak, peak0 = run["all_processes_peak_rss_mb"], base["all_processes_peak_rss_mb"]
+    return {"baseline_captions": n0, "baseline_peak_mb": peak0, "peak_mb": peak, "peak_ratio": peak / peak0,
+            "mb_per_100k_more": (peak - peak0) / (n - n0) * 1e5, "baseline_wall_s": base["wall_s"],
+            "wall_s": run["wall_s"], "captions_ratio": n / n0, "wall_vs_linear": run["wall_s"] / (base["wall_s"] * n / n0)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--captions", type=int, default=COCO_TRAIN_CAPTIONS)
@@ -287,6 +300,9 @@ def main(argv=None) -> int:
                         help="the input as one COCO captions file, or as img2dataset's parquet shards (--captions)")
     parser.add_argument("--runner", choices=("direct", "dask"), default="direct",
                         help="the DirectRunner in --workers processes, or Dask's local cluster of --workers workers")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="the full_size.json of a run at another size (e.g. 591,753): prints the memory growth "
+                             "per 100,000 captions between the two, the peak's ratio and the wall time against linear")
     ns = parser.parse_args(argv)
     ns.work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -337,6 +353,13 @@ def main(argv=None) -> int:
         check = results["train_check"]
         print(f"train rows {check['train_rows']:,} = captions with a hard positive and a hard negative "
               f"{check['captions_with_both']:,}: {'yes' if check['equal'] else 'NO'}")
+    if ns.baseline and all(r["exit"] == 0 for r in results["runs"].values()):
+        results["against_baseline"] = against_baseline(json.loads(ns.baseline.read_text()), results)
+        b = results["against_baseline"]
+        print(f"against {b['baseline_captions']:,} captions: all processes' peak {b['baseline_peak_mb']:,} -> "
+              f"{b['peak_mb']:,} MB ({b['peak_ratio']:.3f}x; {b['mb_per_100k_more']:+,.1f} MB per 100,000 more "
+              f"captions); wall {b['baseline_wall_s']:,} -> {b['wall_s']:,} s = {b['wall_vs_linear']:.3f}x linear "
+              f"({b['captions_ratio']:.2f}x the captions)")
     (ns.work / "full_size.json").write_text(json.dumps(results, indent=2))
     return 0 if all(r["exit"] == 0 for r in results["runs"].values()) else 1
 
