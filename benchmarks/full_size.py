@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -204,6 +205,7 @@ class MemorySampler(threading.Thread):
 
 def run_stage(args: list[str], log: Path) -> dict:
     command = [sys.executable, "-m", "pipeline.run", *args]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -213,10 +215,13 @@ def run_stage(args: list[str], log: Path) -> dict:
         sampler.stopped.set()
         sampler.join()
     wall = time.monotonic() - started
+    # CPU seconds of the launcher and every worker (each waited for): the run's work, whatever ran beside it
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     workers = {pid: p for pid, p in sampler.peaks.items()
                if pid != proc.pid and ("sdk_worker_main" in p["cmd"] or "multiprocessing" in p["cmd"])
                and not p["cmd"].startswith("/bin/sh")}
-    return {"args": args, "exit": code, "wall_s": round(wall, 1),
+    return {"args": args, "exit": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "launcher_peak_rss_mb": round(sampler.peaks.get(proc.pid, {"rss": 0})["rss"] / 2**20),
             "worker_peak_rss_mb": sorted(round(p["rss"] / 2**20) for p in workers.values()),
             "other_processes": {p["cmd"][:60]: round(p["rss"] / 2**20) for pid, p in sampler.peaks.items()
@@ -284,7 +289,9 @@ def against_baseline(baseline: dict, results: dict) -> dict:
     peak, peak0 = run["all_processes_peak_rss_mb"], base["all_processes_peak_rss_mb"]
     return {"baseline_captions": n0, "baseline_peak_mb": peak0, "peak_mb": peak, "peak_ratio": peak / peak0,
             "mb_per_100k_more": (peak - peak0) / (n - n0) * 1e5, "baseline_wall_s": base["wall_s"],
-            "wall_s": run["wall_s"], "captions_ratio": n / n0, "wall_vs_linear": run["wall_s"] / (base["wall_s"] * n / n0)}
+            "wall_s": run["wall_s"], "captions_ratio": n / n0, "wall_vs_linear": run["wall_s"] / (base["wall_s"] * n / n0),
+            "cpu_vs_linear": (run["cpu_s"] / (base["cpu_s"] * n / n0)) if base.get("cpu_s") and run.get("cpu_s")
+            else None}
 
 
 def main(argv=None) -> int:
@@ -331,7 +338,7 @@ def main(argv=None) -> int:
     for name, args in runs.items():
         result = run_stage([*args, *common], ns.work / f"{name}.log")
         results["runs"][name] = result
-        print(f"\n== {name}: exit {result['exit']}, wall {result['wall_s']:,} s, peak RSS launcher "
+        print(f"\n== {name}: exit {result['exit']}, wall {result['wall_s']:,} s, CPU {result['cpu_s']:,} s, peak RSS launcher "
               f"{result['launcher_peak_rss_mb']:,} MB, workers {result['worker_peak_rss_mb']} MB, all processes "
               f"{result['all_processes_peak_rss_mb']:,} MB ({result['all_processes_peak_rss_mb'] / ns.captions * 1e5:,.1f}"
               f" MB per 100,000 captions; {result['wall_s'] / ns.captions * 1e5:,.1f} s per 100,000)", flush=True)
@@ -359,7 +366,8 @@ def main(argv=None) -> int:
         print(f"against {b['baseline_captions']:,} captions: all processes' peak {b['baseline_peak_mb']:,} -> "
               f"{b['peak_mb']:,} MB ({b['peak_ratio']:.3f}x; {b['mb_per_100k_more']:+,.1f} MB per 100,000 more "
               f"captions); wall {b['baseline_wall_s']:,} -> {b['wall_s']:,} s = {b['wall_vs_linear']:.3f}x linear "
-              f"({b['captions_ratio']:.2f}x the captions)")
+              f"({b['captions_ratio']:.2f}x the captions)"
+              + (f"; CPU time {b['cpu_vs_linear']:.3f}x linear" if b["cpu_vs_linear"] else ""))
     (ns.work / "full_size.json").write_text(json.dumps(results, indent=2))
     return 0 if all(r["exit"] == 0 for r in results["runs"].values()) else 1
 
