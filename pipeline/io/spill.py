@@ -9,7 +9,8 @@ at a time) and only the files' paths cross the boundary; the consumer, in a stag
 grouping writes each element to the file of its key's partition and groups one partition at a time.
 
 Off (every function the identity, or Beam's GroupByKey) unless the launcher set a spill folder for the run
-(pipeline/run.py: local runners; Dataflow's shuffle service needs none). Outputs never depend on it: consumers
+(pipeline/run.py: the local runner by default, Dask with a shared --spill_dir; Dataflow's shuffle service needs
+none). Outputs never depend on it: consumers
 sort where order matters, as they must after any shuffle. A file is named by a random id, so bundles, workers and
 retries never share one; the folder is removed after the run.
 """
@@ -99,9 +100,6 @@ class _SpillFn(beam.DoFn):
 
     def __init__(self, folder: str, name: str, partitions: int = 0, tag=None):
         self.folder, self.name, self.partitions, self.tag = folder, name, partitions, tag
-
-    def setup(self):
-        os.makedirs(self.folder, exist_ok=True)
 
     def start_bundle(self):
         self.writers: dict[int, Writer] = {}
