@@ -252,9 +252,16 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
             for line in recover(target):
                 print(line, file=sys.stderr)
             refuse_links(target, stage.tables(opts))
-            staging = new_staging(target, opts.stage)
+            with SIGNALS.deferred():
+                staging = new_staging(target, opts.stage)
             report = _stage_and_commit(options, opts, staging)
-        except Exception as e:
+        except BaseException as e:
+            # A run stopped before its commit leaves nothing; one stopped during it is finished by the next run
+            # (pipeline/io/commit.py).
+            if staging is not None and not committing(staging):
+                remove_staging(staging)
+            if not isinstance(e, Exception):
+                raise
             problem = file_system_error(e)
             if problem is None or SIGNALS.received:
                 raise
@@ -271,17 +278,12 @@ def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: s
     target, name = opts.output_dir, opts.stage
     links = [sub for sub, _ in STAGES[name].CHAIN] if hasattr(STAGES[name], "CHAIN") else [name]
     reports = []
-    try:
-        # A chain's printer counts every pipeline's rows (its pipelines' own printers do nothing inside it).
-        with ProgressPrinter(opts.progress_seconds) if len(links) > 1 else contextlib.nullcontext():
-            for sub in links:
-                reports.append(_run_link(options, opts, staging, name, sub, reports) if len(links) > 1
-                               else _run_stage(options, opts, staging))
-        commit(staging, target, reports)
-    except BaseException:
-        if not committing(staging):
-            remove_staging(staging)  # a run stopped before its commit leaves nothing; one stopped during it is
-        raise                        # finished by the next run (pipeline/io/commit.py)
+    # A chain's printer counts every pipeline's rows (its pipelines' own printers do nothing inside it).
+    with ProgressPrinter(opts.progress_seconds) if len(links) > 1 else contextlib.nullcontext():
+        for sub in links:
+            reports.append(_run_link(options, opts, staging, name, sub, reports) if len(links) > 1
+                           else _run_stage(options, opts, staging))
+    commit(staging, target, reports)
     if len(links) == 1:
         return reports[0]
     return {"stage": name, "output_dir": target, "tables": {t: s for r in reports for t, s in r["tables"].items()},

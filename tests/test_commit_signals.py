@@ -121,3 +121,39 @@ def test_an_interrupt_lost_in_a_weakref_callback_still_stops_the_commit(tmp_path
                                         f"contents stay"]
     assert visible_files(out) == before
     assert not list(out.glob(".staging-*"))
+
+
+def _signal_after(real):
+    def wrapped(*args, **kwargs):
+        made = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler before the next line: here, before the return
+        return made
+    return wrapped
+
+
+def _signal_before(real):
+    def wrapped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+    return wrapped
+
+
+@pytest.mark.parametrize("where", ["the staging folder just made", "before the pipeline starts"])
+def test_a_signal_as_the_staging_folder_is_made_leaves_no_staging_folder(tmp_path, earlier, monkeypatch, capsys,
+                                                                         where):
+    """CI on 77ece15, once in 1,206 tests: SIGINT the moment .staging-* appeared left it behind (the interrupt came
+    before the folder was in the hands of the code that removes it). Here the signal comes at those two moments."""
+    import pipeline.run as run_module
+
+    out = tmp_path / "out"
+    subprocess.run(["cp", "-a", str(earlier), str(out)], check=True)
+    before = visible_files(out)
+    if where == "the staging folder just made":
+        monkeypatch.setattr(run_module, "new_staging", _signal_after(run_module.new_staging))
+    else:
+        monkeypatch.setattr(run_module, "_stage_and_commit", _signal_before(run_module._stage_and_commit))
+    assert main(eval_sets_args(out, VL_SAMPLE, None, "--progress_seconds=0")) == 130
+    assert capsys.readouterr().err.splitlines() == [f"error: interrupted by SIGINT; nothing was committed to {out}, "
+                                                    f"its earlier contents stay"]
+    assert visible_files(out) == before
+    assert not list(out.glob(".staging-*"))

@@ -128,10 +128,24 @@ class Signals:
     def __init__(self):
         self.received: str | None = None  # the first signal's name
         self._committing = 0
+        self._deferred = 0
 
     def handle(self, signum, frame) -> None:
         self.received = self.received or signal.Signals(signum).name
-        if not self._committing:
+        if not (self._committing or self._deferred):
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def deferred(self):
+        """A signal arriving inside stops the run at the end of the section, not in it: a staging folder made
+        inside is already in the caller's hands, which remove it (a signal between its making and the caller's
+        assignment would leave it behind)."""
+        self._deferred += 1
+        try:
+            yield
+        finally:
+            self._deferred -= 1
+        if self.received and not (self._committing or self._deferred):
             raise KeyboardInterrupt
 
     @contextmanager
