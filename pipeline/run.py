@@ -31,7 +31,6 @@ import functools
 import gc
 import logging
 import re
-import shutil
 import tempfile
 import time
 
@@ -382,7 +381,7 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
         if read_from:
             opts.hard_positives_dir, opts.train_negatives_dir = given
         if folder:
-            shutil.rmtree(folder, ignore_errors=True)
+            spill.remove_folder(folder)
     if state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
     return read_json(FileSystems.join(staging, REPORT_FILE))

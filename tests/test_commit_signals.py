@@ -66,10 +66,12 @@ def test_an_interrupted_run_exits_130_with_one_line_and_commits_nothing(tmp_path
     out = tmp_path / "out"
     subprocess.run(["cp", "-a", str(earlier), str(out)], check=True)
     before = visible_files(out)
+    temp = tmp_path / "temp"  # where the run's spill folder goes
+    temp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.run",
                              *eval_sets_args(out, many_records, None, "--rows_per_shard=1", "--progress_seconds=0")],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "TMPDIR": str(temp)})
     ready = MOMENTS[moment]
     deadline = time.monotonic() + 120
     # On 9d14726 nothing catches SIGTERM: "importing" falls back to a moment inside its imports.
@@ -84,6 +86,8 @@ def test_an_interrupted_run_exits_130_with_one_line_and_commits_nothing(tmp_path
     assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {sig}"), err
     assert visible_files(out) == before
     assert not list(out.glob(".staging-*"))
+    # the spill files go with it, also those its threads were still writing
+    assert not list(temp.glob("hardpos-spill-*")), sorted(p.name for p in temp.rglob("*"))[:10]
 
 
 # The CLI, with a SIGINT whose KeyboardInterrupt Python drops (raised inside a weakref callback), sent as the

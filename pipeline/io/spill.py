@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import shutil
 import uuid
 import zlib
 
@@ -36,6 +37,8 @@ _directory: str | None = None
 def spilling(directory: str | None):
     """Graphs built inside spill to `directory` (None: they use the runner's own shuffles)."""
     global _directory
+    if directory is not None:
+        os.makedirs(directory, exist_ok=True)
     before, _directory = _directory, directory
     try:
         yield
@@ -45,6 +48,17 @@ def spilling(directory: str | None):
 
 def directory() -> str | None:
     return _directory
+
+
+def remove_folder(folder: str) -> None:
+    """Removes a run's spill folder, also while a stopped run's threads still write: renamed first, it can gain
+    no new file (a Writer makes only its leaf folder), so the removal of the renamed one is complete."""
+    gone = f"{folder}.removing"
+    try:
+        os.rename(folder, gone)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def partition_of(key, partitions: int) -> int:
@@ -61,7 +75,10 @@ class Writer:
     """One spill file, written a block at a time."""
 
     def __init__(self, folder: str, name: str):
-        os.makedirs(folder, exist_ok=True)
+        try:  # the leaf only: a run's spill folder, once removed (remove_folder), is never made again
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
         self.path = os.path.join(folder, f"{name}-{uuid.uuid4().hex}.pkl")
         self.file = open(self.path, "wb")
         self.block, self.count = [], 0
