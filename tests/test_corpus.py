@@ -113,10 +113,10 @@ def test_malformed_records_and_repeated_keys_are_dead_letters_per_file(tmp_path)
     assert duplicate["source_file"] == "b.jsonl"  # the first of a key (by file, then position) is kept
 
 
-def test_a_jsonl_file_read_in_ranges_gives_every_line_once():
+def test_a_jsonl_file_read_in_ranges_gives_every_line_once(tmp_path):
     lines = [json.dumps({"key": f"k{i}", "caption": "x" * (i % 37 + 1)}) + "\n" for i in range(500)]
     data = "".join(lines).encode()
-    path = "/tmp/hardpos-ranges.jsonl"
+    path = str(tmp_path / "ranges.jsonl")
     with open(path, "wb") as f:
         f.write(data)
     whole = corpus.InputFile(path, "r.jsonl", "jsonl", len(data))
