@@ -61,5 +61,7 @@ sample: setup
 	  --cache_dir=$(SAMPLE_OUT)/llm_cache --output_dir=$(SAMPLE_OUT)/all
 	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 
+# Two test processes (pytest-xdist), a test file in one of them: a file's module fixtures (whole stage runs) are made
+# once.
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests

