@@ -169,3 +169,29 @@ def test_reference_captions_feed_the_statistics_never_the_rows(tmp_path):
         type("Opts", (), {"reference_captions": [f"{tmp_path}/ref.jsonl"], "captions_format": "auto",
                           "caption_column": "caption", "id_column": "key", "image_column": "url"})()))
     assert "reference_captions" not in report(alone)["tables"]["train_negatives"]["made_from"]
+
+
+def test_the_launcher_reads_each_footer_once_per_version_of_the_file(tmp_path, monkeypatch):
+    """A run lists its corpus many times (the checks, the fingerprint, the totals, the read units; again per stage
+    of --stage=all): 21 footer reads per file on 282673d. Each version of a file is read once; a file rewritten
+    is read again, so a check never passes on what the file was."""
+    from pipeline.run import parse
+
+    for i in range(3):
+        pq.write_table(pa.Table.from_pylist(records(10, 10 * i)), tmp_path / f"{i:05d}.parquet", row_group_size=4)
+    opened = []
+    real = pq.ParquetFile
+    monkeypatch.setattr(pq, "ParquetFile", lambda source, *a, **k: opened.append(source) or real(source, *a, **k))
+    _, opts = parse(["--stage=train_negatives", f"--captions={tmp_path}/*.parquet", f"--output_dir={tmp_path}/out"])
+    for _ in range(3):
+        files = corpus.input_files(opts)
+        assert [u.end for u in corpus.units(files)] == [1, 2, 3] * 3
+        assert corpus.expected_records(opts) == 30
+        corpus.fingerprint(opts, files)
+    assert len(opened) == 3
+
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "caption"} for r in records(10)]),
+                   tmp_path / "00001.parquet")
+    with pytest.raises(corpus.UsageError, match="00001.parquet: no column 'caption'"):
+        corpus.input_files(opts)
+    assert len(opened) == 4

@@ -106,10 +106,53 @@ def input_files(opts) -> list[InputFile]:
     paths = sorted(found)
     names = _display_names(paths)
     fmt = opts.captions_format if opts.captions else "coco"
-    out = [InputFile(p, names[p], resolve_format(p, fmt), *found[p]) for p in paths]
+    out = [InputFile(p, names[p], resolve_format(p, fmt, *found[p]), *found[p]) for p in paths]
     for f in out:
         check_file(f, Columns.of(opts))
     return out
+
+
+# A run lists its corpus several times (the checks, the fingerprint, the progress totals, the read units; again
+# per stage of --stage=all): what was learnt of a file's contents is kept by the file's version, so that the
+# launcher reads each Parquet footer once (21 times per file in a --stage=all run before; each one a request on
+# object storage) and hashes or parses a file once.
+_KNOWN: dict[tuple, object] = {}
+
+
+def _version(path: str, size: int, mtime: float) -> tuple | None:
+    """What tells this version of a file from another: a local file's inode, size and change times, else the
+    listing's size and modification time; None when nothing does (the file is then read again each time)."""
+    if "://" not in path:
+        import os
+
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return (path, size, mtime) if mtime else None
+
+
+def _known(kind: str, version: tuple | None, compute):
+    if version is None:
+        return compute()
+    key = (kind, *version)
+    if key not in _KNOWN:
+        _KNOWN[key] = compute()
+    return _KNOWN[key]
+
+
+_LAST: dict[str, tuple] = {}
+
+
+def _known_last(kind: str, version: tuple | None, compute):
+    """As _known, keeping only the last file's value of a kind (a COCO file's captions: not a list per file)."""
+    if version is None:
+        return compute()
+    held = _LAST.get(kind)
+    if held is None or held[0] != version:
+        held = _LAST[kind] = (version, compute())
+    return held[1]
 
 
 def _display_names(paths: list[str]) -> dict[str, str]:
@@ -121,7 +164,7 @@ def _display_names(paths: list[str]) -> dict[str, str]:
     return {p: posixpath.relpath(p.replace("\\", "/"), common) for p in paths}
 
 
-def resolve_format(path: str, requested_format: str) -> str:
+def resolve_format(path: str, requested_format: str, size: int = 0, mtime: float = 0.0) -> str:
     """The format asked for, or with auto the one the file's name says (a Parquet file with img2dataset's
     `status` column is img2dataset's)."""
     if requested_format != "auto":
@@ -132,20 +175,33 @@ def resolve_format(path: str, requested_format: str) -> str:
         if name.endswith(suffix):
             return fmt
     if name.endswith(".parquet"):
-        return "img2dataset" if "status" in _parquet_schema(path).names else "parquet"
+        return "img2dataset" if "status" in _parquet_facts(path, size, mtime).names else "parquet"
     raise UsageError(f"--captions_format=auto: cannot tell the format of {path} from its name; name it "
                      f"(--captions_format={'|'.join(FORMATS[1:])})")
 
 
-def _parquet_schema(path: str):
+@dataclass(frozen=True)
+class ParquetFacts:
+    names: tuple[str, ...]
+    num_rows: int
+    num_row_groups: int
+
+
+def _parquet_facts(path: str, size: int = 0, mtime: float = 0.0) -> ParquetFacts:
+    """A Parquet file's column names and row and row-group counts, from its footer (read once per version)."""
     import pyarrow.parquet as pq
 
-    try:
-        with FileSystems.open(path) as f:
-            return pq.ParquetFile(f).schema_arrow
-    except Exception as e:
-        raise UsageError(f"{path}: not a Parquet file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
-            from None
+    def read() -> ParquetFacts:
+        try:
+            with FileSystems.open(path) as f:
+                parquet = pq.ParquetFile(f)
+                return ParquetFacts(tuple(parquet.schema_arrow.names), parquet.metadata.num_rows,
+                                    parquet.metadata.num_row_groups)
+        except Exception as e:
+            raise UsageError(f"{path}: not a Parquet file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+                from None
+
+    return _known("parquet", _version(path, size, mtime), read)
 
 
 def _head(path: str) -> bytes:
@@ -159,9 +215,14 @@ def _head(path: str) -> bytes:
 
 def check_file(f: InputFile, columns: Columns) -> None:
     """What the launcher checks of a file without reading its records: a Parquet file's columns, a CSV file's
-    header, that a JSON file is an object and a tar file a tar."""
+    header, that a JSON file is an object and a tar file a tar. Once per version of the file: a check that passed
+    is not made again."""
+    _known(f"checked {f.format} {columns}", _version(f.path, f.size, f.mtime), lambda: _check_file(f, columns))
+
+
+def _check_file(f: InputFile, columns: Columns) -> bool:
     if f.format in ("parquet", "img2dataset"):
-        names = _parquet_schema(f.path).names
+        names = _parquet_facts(f.path, f.size, f.mtime).names
         missing = [c for c in (columns.caption, columns.key) if c not in names]
         if missing:
             raise UsageError(f"{f.path}: no column {missing[0]!r} (columns: {', '.join(names)}); name it with "
@@ -179,6 +240,7 @@ def check_file(f: InputFile, columns: Columns) -> None:
         raise UsageError(f"{f.path}: not a COCO captions file (not a JSON object)")
     elif f.format == "webdataset" and not tarfile.is_tarfile(io.BytesIO(_head(f.path) + b"\0" * 1024)):
         raise UsageError(f"{f.path}: not a tar file (--captions_format=webdataset)")
+    return True
 
 
 def units(files: list[InputFile]) -> list[Unit]:
@@ -186,20 +248,13 @@ def units(files: list[InputFile]) -> list[Unit]:
     out = []
     for f in files:
         if f.format in ("parquet", "img2dataset"):
-            groups = _row_groups(f.path)
+            groups = _parquet_facts(f.path, f.size, f.mtime).num_row_groups
             out += [Unit(f, g, g + 1) for g in range(groups)] or [Unit(f, 0, 0)]
         elif f.format == "jsonl" and f.size > RANGE_BYTES:
             out += [Unit(f, start, min(start + RANGE_BYTES, f.size)) for start in range(0, f.size, RANGE_BYTES)]
         else:
             out.append(Unit(f, 0, f.size if f.format == "jsonl" else 0))
     return out
-
-
-def _row_groups(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    with FileSystems.open(path) as f:
-        return pq.ParquetFile(f).metadata.num_row_groups
 
 
 # Up to this many bytes of caption files the fingerprint is their contents' sha256; past it, each file's name, size
@@ -219,7 +274,7 @@ def fingerprint(opts, files: list[InputFile] | None = None) -> str:
         if whole:
             from pipeline.sources.files import input_sha256
 
-            part = input_sha256(f.path)
+            part = _known("sha256", _version(f.path, f.size, f.mtime), lambda f=f: input_sha256(f.path))
         else:
             part = f"{f.size}:{f.mtime}"
         digest.update(f"{f.name}\x1f{f.format}\x1f{part}\n".encode("utf-8", "surrogatepass"))
@@ -237,13 +292,7 @@ def expected_records(opts) -> int | None:
     files = input_files(opts)
     if any(f.format not in ("parquet", "img2dataset") for f in files):
         return None
-    import pyarrow.parquet as pq
-
-    total = 0
-    for f in files:
-        with FileSystems.open(f.path) as handle:
-            total += pq.ParquetFile(handle).metadata.num_rows
-    return total
+    return sum(_parquet_facts(f.path, f.size, f.mtime).num_rows for f in files)
 
 
 def caption_texts(opts) -> list | None:
@@ -251,7 +300,8 @@ def caption_texts(opts) -> list | None:
     that need the captions themselves (the LLM's prompts) are then shown as unknown."""
     files = input_files(opts) if requested(opts) else []
     if len(files) == 1 and files[0].format == "coco" and files[0].size <= COCO_CHECKED_BYTES:
-        return coco.caption_texts(files[0].path)
+        f = files[0]
+        return _known_last("coco captions", _version(f.path, f.size, f.mtime), lambda: coco.caption_texts(f.path))
     return None
 
 
