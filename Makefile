@@ -62,6 +62,6 @@ sample: setup
 	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 
 # Two test processes (pytest-xdist), a test file in one of them: a file's module fixtures (whole stage runs) are made
-# once.
+# once. Files are handed out in collection order (tests/conftest.py puts the heaviest first), not by test count.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
