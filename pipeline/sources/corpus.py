@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import posixpath
 import tarfile
 from dataclasses import dataclass
@@ -123,8 +124,6 @@ def _version(path: str, size: int, mtime: float) -> tuple | None:
     """What tells this version of a file from another: a local file's inode, size and change times, else the
     listing's size and modification time; None when nothing does (the file is then read again each time)."""
     if "://" not in path:
-        import os
-
         try:
             st = os.stat(path)
         except OSError:
