@@ -104,7 +104,6 @@ def rows_of(out: Path, folder: str) -> list[dict]:
     return [r for p in sorted((out / folder).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
-
 # The heaviest test files first (in this order: their seconds on 2 cores, one process). `make test` runs the suite
 # in two processes, a file in one of them: started last, a heavy file runs alone at the end.
 HEAVY_FIRST = ("test_dask_runner.py", "test_hard_positives_stage.py", "test_commit_recovery.py", "test_real_model.py",
