@@ -43,10 +43,11 @@ wordnet:
 	  ($(SUDO) apt-get update >/dev/null && \
 	   $(SUDO) apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index >/dev/null)
 
-# The sample's hard positives come from both sources: the rules rule_replace and rule_swap (no model), and a real
-# model, the embedded SmolLM2-135M-Instruct (--llm_engine=transformers with no --model), on the CPU, in its own chat
-# template; a rejected answer is asked again with sampling (--llm_retries). train takes the LLM's positive where
-# it was accepted, else a rule's. samples/coco/hard_positives_replay.jsonl stays for the tests (--llm_engine=replay).
+# The sample's hard positives come from both sources: every rule type (no model), and a real model, the embedded
+# SmolLM2-135M-Instruct (--llm_engine=transformers with no --model), on the CPU, in its own chat template, asked only
+# about the captions no rule covers (--llm_prompts=uncovered, the default); a rejected answer is asked again with
+# sampling (--llm_retries). train takes the LLM's positive where it was accepted, else a rule's.
+# samples/coco/hard_positives_replay.jsonl stays for the tests (--llm_engine=replay).
 sample: setup
 	$(BIN)/python -m pipeline.run --stage=eval_sets \
 	  --vl_checklist_root=samples/vl_checklist \
@@ -57,7 +58,7 @@ sample: setup
 	  --output_dir=$(SAMPLE_OUT)/order_eval
 	$(BIN)/python -m pipeline.run --stage=all \
 	  --coco_captions=samples/coco/captions_sample.json --negative_types=all \
-	  --llm_engine=transformers --positive_types=replace,swap,rule_replace,rule_swap --llm_retries=2 \
+	  --llm_engine=transformers --llm_retries=2 \
 	  --cache_dir=$(SAMPLE_OUT)/llm_cache --output_dir=$(SAMPLE_OUT)/all
 	$(BIN)/python -m pipeline.run --stage=publish --output_dir=$(SAMPLE_OUT)
 

@@ -163,15 +163,18 @@ def _flags_coco_captions(group) -> None:
 
 
 def _flags_train_negatives(group) -> None:
-    group.add_argument("--negative_types", default="replace",
-                       help="Comma-separated generators for train_negatives (default replace): replace, swap, "
+    group.add_argument("--negative_types", default="replace,exchange",
+                       help="Comma-separated generators for train_negatives (default replace,exchange): replace, "
+                            "exchange (roles, order or attributes of two things exchanged), swap, "
                             "negclip, shuffle_nouns_and_adj, shuffle_allbut_nouns_and_adj, "
                             "shuffle_within_trigrams, shuffle_trigrams, shuffle_bigrams ('all' for every one "
                             "of these), and the LLM negatives llm_replace_obj, llm_replace_att, llm_replace_rel, "
                             "llm_swap_obj, llm_swap_att (written to llm_negatives/ with the --llm_engine "
                             "flags). For train_set: the order of preference.")
-    group.add_argument("--negatives_per_caption", type=int_in(1, MAX_PER_CAPTION), default=1,
-                       help=f"Up to N distinct hard negatives per caption and type (at most {MAX_PER_CAPTION}).")
+    group.add_argument("--negatives_per_caption", type=int_in(1, MAX_PER_CAPTION), default=3,
+                       help=f"Up to N distinct hard negatives per caption and type, the ranker's best first (at "
+                            f"most {MAX_PER_CAPTION}; default 3: train_set picks among them the one that keeps its "
+                            f"words balanced).")
     group.add_argument("--negative_ranker", default="ngram", choices=("ngram", "lm", "none"),
                        help="How train_negatives chooses among a caption's valid replace/swap/negclip "
                             "candidates: the smallest drop in log-probability from the caption under ngram "
@@ -191,19 +194,31 @@ def _flags_hard_positives(group) -> None:
                             "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
                             "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
                             "replace_preposition (--llm_engine); rule_clause (the caption's verb in "
-                            "another form that means the same: 'is riding' <-> 'rides'). Default: "
-                            "rule_replace,rule_swap,rule_clause, or replace,swap and those when "
-                            "--llm_engine is given. For train_set: the order of preference (default: the LLM's "
-                            "types, then the rules).")
+                            "another form that means the same: 'is riding' <-> 'rides'); rule_symmetric (the "
+                            "two things of 'next to' exchanged), rule_converse ('a car behind a bus' -> 'a bus "
+                            "in front of a car', 'a cat on a couch' -> 'a couch with a cat on it'), rule_voice "
+                            "('a man riding a horse' -> 'a horse ridden by a man'). Default: every rule type, "
+                            "or replace,swap and those when --llm_engine is given. For train_set: the order of "
+                            "preference (default: the LLM's types, then the rules).")
     group.add_argument("--allow_eval_substitutions", action="store_true",
                        help="Let the rule positives use the substitutions of the REPLACE evaluation set "
                             "(pipeline/perturb/data/replace_table.json, either direction: 'sitting' -> 'seated', "
                             "'large' <-> 'big'). Default: held out, so that a model finetuned on the table "
                             "gains nothing on REPLACE from the word list; the report counts what was left out.")
+    group.add_argument("--balance_is", action="store_true",
+                       help="Rule positives: add 'is'/'are' no more often than they take it out (a seeded draw "
+                            "drops the adding rewrites beyond that), so that the word alone does not tell a "
+                            "positive from its caption. Off by default: the training set's negative is made from "
+                            "the positive (--negative_from), so the word is in both (on, val2017's rule coverage "
+                            "falls from 70%% to 61%%).")
     group.add_argument("--max_substitution_share", type=float_in(0, 1, above_low=True), default=0.025,
                        help="Rule positives: the most a single substitution (e.g. man -> guy, any inflection) "
                             "may make of a rule type's rows; captions where it is the only one left over it "
                             "are drawn at random (seeded). 1 turns the cap off.")
+    group.add_argument("--llm_prompts", default="uncovered", choices=("uncovered", "all"),
+                       help="With both LLM and rule types in --positive_types: which captions the LLM is asked "
+                            "about. uncovered (default): only those no rule positive covers (on val2017, 30%% of "
+                            "them; the report counts the prompts saved); all: every caption.")
     group.add_argument("--llm_engine", default=None, choices=("vllm", "openai", "transformers", "replay"),
                        help="transformers (HF generate, CPU or GPU; used when an LLM type is asked for and no "
                             "engine is named, with the embedded SmolLM2-135M-Instruct when --model is not "
@@ -267,6 +282,12 @@ def _flags_train_set(group) -> None:
                        help="train_set: folder with hard_positives/ (default --output_dir).")
     group.add_argument("--train_negatives_dir", default=None,
                        help="train_set: folder with train_negatives/ (default --output_dir).")
+    group.add_argument("--negative_from", default="hard_positive", choices=("hard_positive", "caption"),
+                       help="train_set: what a triple's negative is a change of. hard_positive (default): the "
+                            "caption's negative carried over to the chosen positive where that is sure (an "
+                            "exchange first, then an edit of the same words), so that positive and negative "
+                            "differ only by the negative's change; else the caption's negative as written. "
+                            "caption: always the caption's negative as written.")
 
 
 def _flags_images(group) -> None:

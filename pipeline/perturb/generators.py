@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.perturb import neg_order, neg_replace, neg_swap
+from pipeline.perturb import neg_exchange, neg_order, neg_replace, neg_swap
 from pipeline.perturb.candidates import Candidate, record_rng
 from pipeline.perturb.guards import surface_problems
 from pipeline.perturb.rank import choose
@@ -30,13 +30,15 @@ from pipeline.perturb.rank import choose
 # changes only its sex, no colour of a black and white photo, plate/tray near-synonyms, no adjective becomes one
 # beside it ("Old and new" -> "New and new"), a/an fixed across a double space. replace/9 (prepositions.json
 # v4): "in" of what is worn kept, no trick, stunt or wave beside, behind or outside anything.
-VERSIONS = {"replace": 9, "swap": 4, "negclip": 3, "aro_order": 2}  # aro_order/2: options single-spaced
-RANKED = ("replace", "swap", "negclip")
+# exchange/1: new (roles, order, attributes exchanged; perturb/neg_exchange.py).
+VERSIONS = {"replace": 9, "swap": 4, "negclip": 3, "aro_order": 2, "exchange": 1}  # aro_order/2: single-spaced
+RANKED = ("replace", "swap", "negclip", "exchange")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {
     "replace": {TAGGER, PARSER},
     "swap": {TAGGER, PARSER},
     "negclip": {TAGGER, PARSER},
+    "exchange": {TAGGER, PARSER},
     "shuffle_nouns_and_adj": {TAGGER},
     "shuffle_allbut_nouns_and_adj": {TAGGER},
     "shuffle_within_trigrams": set(),
@@ -139,6 +141,8 @@ class Generators:
                 found["swap"] = [(c, None) for c in swaps]
         if "negclip" in self.negative_types:
             found["negclip"] = [(c, None) for c in neg_swap.negclip_candidates(doc, self.lexicon, swap_texts)]
+        if "exchange" in self.negative_types:
+            found["exchange"] = [(c, None) for c in neg_exchange.exchange_candidates(doc, self.lexicon, corpus)]
         if "replace" in self.negative_types:
             named = corpus.image_words_of(image) if corpus is not None and image is not None else None
             found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus,

@@ -359,11 +359,18 @@ def _move_word(doc, index: int, before: int) -> str:
     return "".join(t + sp for t, sp in moved).strip()
 
 
+def attribute_exchanges(doc, corpus=None, us: list[Unit] | None = None) -> list[str | None]:
+    """Two adjectives of one class on two different things exchanged ("a white dog and a black cat" -> "a black
+    dog and a white cat"), each suited to its new noun where `corpus` is given."""
+    us = units(doc) if us is None else us
+    return [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc) if _attributes_fit(a, b, corpus)]
+
+
 def swap_candidates(doc, lexicon, inflector, corpus=None) -> list[Candidate]:
     """With `corpus` (the input captions' CorpusModel), an adjective is only ever left on, or moved to, a noun
     the captions use it with."""
     caption, us = doc.text.strip(), units(doc)
-    texts = [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc) if _attributes_fit(a, b, corpus)]
+    texts = attribute_exchanges(doc, corpus, us)
     texts += _colour_moves(doc, lexicon)
     texts += [_exchange_nouns(doc, us, a, b, lexicon, inflector, corpus)
               for a, b in _roles_attested(doc, _object_pairs(doc, lexicon), lexicon, corpus)]

@@ -106,9 +106,10 @@ def same_content(caption: str, text: str) -> bool:
     return content(caption) == content(text)
 
 
-def _one_clause(doc, verb) -> bool:
-    """No other finite verb or coordinated verb: "A man is riding and a dog runs" has two clauses."""
-    own = {verb.i} | {c.i for c in verb.children if c.dep_ in ("aux", "auxpass")}
+def _one_clause(doc, verb, opening: frozenset = frozenset()) -> bool:
+    """No other finite verb or coordinated verb: "A man is riding and a dog runs" has two clauses. `opening`: the
+    tokens of an opening that are no clause of their own ("There is")."""
+    own = {verb.i} | {c.i for c in verb.children if c.dep_ in ("aux", "auxpass")} | set(opening)
     others = [t for t in doc if t.i not in own and (t.tag_ in FINITE or (t.dep_ == "conj" and t.tag_.startswith("VB")))]
     return not others and not any(c.dep_ == "conj" and c.tag_.startswith("VB") for c in verb.children)
 

@@ -220,3 +220,55 @@ def positive_synonyms() -> PositiveSynonyms:
     """data/positive_synonyms.json: the table rule_replace (perturb/pos_replace.py) reads."""
     raw, digest = _load("positive_synonyms.json")
     return PositiveSynonyms(raw["entries"], raw["version"], digest)
+
+
+@dataclass(frozen=True)
+class StructureRules:
+    voice_participles: dict[str, str]          # verb lemma -> its past participle
+    participle_lemmas: dict[str, str]          # past participle -> its verb lemma
+    voice_objects: dict[str, frozenset[str]]   # verb lemma -> the object classes it takes (absent: any)
+    voice_synsets: dict[str, frozenset[str]]   # verb lemma -> WordNet synsets its object must descend from
+    symmetric: tuple[tuple[str, ...], ...]
+    converse: dict[tuple[str, ...], tuple[str, ...]]
+    comparable: dict[str, int]                 # object class -> its group
+    holder_prepositions: tuple[tuple[str, ...], ...]
+    ground_prepositions: tuple[tuple[str, ...], ...]
+    person_pronouns: dict[str, str]            # person noun -> "him" or "her"
+    holder_classes: frozenset[str]
+    not_holders: frozenset[str]
+    not_grounds: frozenset[str]
+    on_participles: frozenset[str]
+    with_places: dict[str, str]                # a thing -> the preposition its "with" stands for ("bowl": "in")
+    thing_agents: frozenset[str]               # verbs a thing may do too ("a plate holding a sandwich")
+    exchange_verbs: frozenset[str]
+    either_kind: frozenset[str]
+    sha256: str
+
+
+
+@cache
+def structure_rules() -> StructureRules:
+    """data/structure.json: what the structure rules (pos_voice.py, pos_relation.py, neg_exchange.py) may change."""
+    raw, digest = _load("structure.json")
+    verbs = raw["voice_verbs"]
+    return StructureRules(
+        voice_participles={v: e["participle"] for v, e in verbs.items()},
+        participle_lemmas={e["participle"]: v for v, e in verbs.items()},
+        voice_objects={v: frozenset(e["objects"]) for v, e in verbs.items() if "objects" in e},
+        voice_synsets={v: frozenset(e["synsets"]) for v, e in verbs.items() if "synsets" in e},
+        symmetric=tuple(tuple(r) for r in raw["symmetric"]),
+        converse={tuple(a): tuple(b) for a, b in raw["converse"]},
+        comparable={c: i for i, group in enumerate(raw["comparable"]) for c in group},
+        holder_prepositions=tuple(tuple(p) for p in raw["holder_prepositions"]),
+        ground_prepositions=tuple(tuple(p) for p in raw["ground_prepositions"]),
+        person_pronouns={w: pronoun for pronoun, nouns in raw["person_pronouns"].items() for w in nouns},
+        holder_classes=frozenset(raw["holder_classes"]),
+        not_holders=frozenset(raw["not_holders"]),
+        not_grounds=frozenset(raw["not_grounds"]),
+        on_participles=frozenset(raw["on_participles"]),
+        with_places={w: p for p, words in raw["with_places"].items() for w in words},
+        thing_agents=frozenset(raw["thing_agents"]),
+        exchange_verbs=frozenset(raw["exchange_verbs"]),
+        either_kind=frozenset(raw["either_kind"]),
+        sha256=digest,
+    )

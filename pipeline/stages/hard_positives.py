@@ -4,18 +4,21 @@
   -> joined with the cache by key: hits answered from it, misses sent through RunInference -> validated -> rows
   or rejected dead letters (raw text and reason). The graph is stages/llm_rewrites.py's, which llm_negatives
   shares.
-- Rule types (rule_replace, rule_swap): the paper's two evaluation-set rules applied to every caption
-  (stages/rule_positives.py), validated the same way; no model.
+- Rule types (rule_swap, rule_symmetric, rule_converse, rule_voice, rule_clause, rule_replace) applied to every
+  caption (stages/rule_positives.py), validated the same way; no model.
 --positive_types picks them; by default the rules only, and the LLM's types first when an --llm_engine is given.
+With both, the LLM is asked only about the captions no rule covers (--llm_prompts=uncovered, the default): the
+report counts the prompts saved.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
+from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.report import table_report
-from pipeline.llm.prompts import POSITIVE_TYPES
+from pipeline.llm.prompts import POSITIVE_TYPES, wants
 from pipeline.options import HardposOptions, type_list
 from pipeline.perturb.positives import RULE_POSITIVE_TYPES
 from pipeline.sources import corpus
@@ -66,12 +69,18 @@ def check_inputs(opts: HardposOptions) -> None:
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
     """The stage's graph, returning its report counts."""
     read = corpus.read_captions(pipeline, opts, STAGE, TABLE, InputBounds.of(opts))
-    parts = []
-    if llm_kinds(opts):
-        parts.append(rewrite_parts(read["records"], pipeline, opts, spec(opts)))
+    parts, saved = [], []
     rules = rule_types(positive_types(opts))
     if rules:
         parts.append(rule_parts(read["records"], opts, rules))
+    if llm_kinds(opts):
+        prompted = read["records"]
+        if rules and llm_uncovered(opts):
+            prompted, covered = _split_covered(read["records"], parts[0]["rows"])
+            saved = [covered | "SavedPrompts" >> beam.FlatMap(
+                lambda r, kinds: [(("llm", TABLE, "prompts_saved"), 1) for k in kinds if wants(k, r["caption"])],
+                llm_kinds(opts)) | "SumSavedPrompts" >> beam.CombinePerKey(sum)]
+        parts.insert(0, rewrite_parts(prompted, pipeline, opts, spec(opts)))
     # caption records that gave no prompt and no rule row: malformed ones, and (img2dataset) failed downloads
     malformed = [read[REJECTED] | "RejectedFiles" >> beam.Map(lambda d: d["source_file"]),
                  read[DISCARDED] | "DiscardedFiles" >> beam.Map(lambda d: d["source_file"])]
@@ -90,17 +99,32 @@ def build(pipeline: beam.Pipeline, opts: HardposOptions):
     } | "WriteTable" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
                                          group=lambda r: (r["positive_type"],))
     captions = read["read"] | "CaptionCounts" >> beam.Map(lambda fn: (("llm", TABLE, "captions"), fn[1]))
-    return ([written, captions] + [p["counts"] for p in parts if "counts" in p]) | "AllCounts" >> beam.Flatten()
+    return ([written, captions] + [p["counts"] for p in parts if "counts" in p] + saved) | \
+        "AllCounts" >> beam.Flatten()
+
+
+def llm_uncovered(opts: HardposOptions) -> bool:
+    """Whether the LLM is asked only about the captions no rule positive covers (--llm_prompts)."""
+    return opts.llm_prompts == "uncovered" and bool(rule_types(positive_types(opts)))
+
+
+def _split_covered(records, rule_rows):
+    """Caption records -> (those with no rule positive, those with one): the LLM is asked only about the first."""
+    keyed = {"record": records | "KeyRecordsForLlm" >> beam.Map(lambda r: (r["example_id"], r)),
+             "rule": rule_rows | "KeyRuleRows" >> beam.Map(lambda r: (r["example_id"], 1))}
+    grouped = spill.co_group_by_key(keyed, "CoveredByRules")
+    split = grouped | "SplitCovered" >> beam.FlatMap(
+        lambda item: [beam.pvalue.TaggedOutput("covered" if list(item[1]["rule"]) else "uncovered", r)
+                      for r in item[1]["record"]]).with_outputs("covered", "uncovered")
+    return split.uncovered, split.covered
 
 
 def expected_units(opts: HardposOptions) -> dict[str, tuple]:
     """Progress totals: a prompt per (caption, LLM type) the caption gets, and a unit per caption for the rules;
     then the prompts alone (the LLM's answers come long before their rows)."""
-    from pipeline.llm.prompts import wants
-
     captions = corpus.caption_texts(opts)
-    if captions is None:  # not known before reading the input
-        return {TABLE: None}
+    if captions is None or (llm_kinds(opts) and llm_uncovered(opts)):  # not known before reading the input, or
+        return {TABLE: None}  # before the rules have run
     prompts = sum(wants(kind, c) for kind in llm_kinds(opts) for c in captions if isinstance(c, str))
     rules = len(captions) if rule_types(positive_types(opts)) else 0
     unit = " + ".join(name for name, n in (("prompts", prompts), ("captions", rules)) if n) or "captions"
@@ -110,6 +134,8 @@ def expected_units(opts: HardposOptions) -> dict[str, tuple]:
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
     if llm_kinds(opts):
         section = report_section(counts, opts, spec(opts))
+        section["llm_prompts"] = "uncovered" if llm_uncovered(opts) else "all"
+        section.setdefault("prompts_saved", 0)
     else:
         section = table_report(TABLE, counts, ["positive_type"])
         section["captions"] = counts.get(("llm", TABLE, "captions"), 0)

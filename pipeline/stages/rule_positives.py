@@ -155,12 +155,14 @@ def applicability(item: dict):
             yield (t, HELD_LOST), 1
 
 
-def balanced(options: list[dict], t: str, example_id: str, seed: int, counts: dict) -> list[dict]:
-    """The options without those that add "is"/"are" where the draw says the type has enough of them: a caption
-    rewrite may add it in as many captions as another may take it out ("A man riding" -> "A man is riding" as
-    often as "A man is riding" -> "A man rides"), else "is" alone marks the positive to a text-only model."""
+def balanced(options: list[dict], t: str, example_id: str, seed: int, counts: dict, on: bool = True) -> list[dict]:
+    """With `on` (--balance_is), the options without those that add "is"/"are" where the draw says the type has
+    enough of them: a caption rewrite may add it in as many captions as another may take it out ("A man riding" ->
+    "A man is riding" as often as "A man is riding" -> "A man rides"), else "is" alone marks the positive against
+    its caption to a text-only model. Off by default: the training set's negative is made from the positive
+    (--negative_from), so "is" is in both."""
     adds, drops = counts.get((t, ADDS_BE), 0), counts.get((t, DROPS_BE), 0)
-    if not adds or draw(seed, example_id, t, ADDS_BE) * adds < drops:
+    if not on or not adds or draw(seed, example_id, t, ADDS_BE) * adds < drops:
         return options
     return [o for o in options if o["flow"] <= 0]
 
@@ -171,13 +173,13 @@ def draw(seed: int, example_id: str, positive_type: str, key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
-def threshold(item: dict, counts: dict, seed: int):
+def threshold(item: dict, counts: dict, seed: int, balance: bool):
     """((type, bin), 1) per type the caption has candidates for: the bin of the smallest allowance that would admit
     one of them (draw x applicability below it), on a log scale of ratio BIN_RATIO. The histogram says, for any
     allowance, how many captions would get a row: the allowance is then chosen against the rows it gives."""
     example_id = item["record"]["example_id"]
     for t, options in item["options"].items():
-        options = balanced(options, t, example_id, seed, counts)
+        options = balanced(options, t, example_id, seed, counts, balance)
         if options:
             tau = min(draw(seed, example_id, t, o["key"]) * counts[(t, o["key"])] for o in options)
             yield (t, math.floor(math.log(max(tau, 1e-9)) / math.log(BIN_RATIO))), 1
@@ -208,13 +210,13 @@ class FirstChoice(beam.DoFn):
     """Round 1: per caption and type, the candidate of the rarest substitution the cap's draw admits; a type whose
     every candidate lost the draw waits for round 2. Counts per substitution what round 1 took and what waits."""
 
-    def __init__(self, positive_types: list[str], seed: int):
-        self.positive_types, self.seed = positive_types, seed
+    def __init__(self, positive_types: list[str], seed: int, balance: bool = False):
+        self.positive_types, self.seed, self.balance = positive_types, seed, balance
 
     def process(self, item, counts: dict, allowance: dict):
         example_id, item["chosen"], item["waiting"] = item["record"]["example_id"], {}, []
         for t in self.positive_types:
-            options = balanced(item["options"][t], t, example_id, self.seed, counts)
+            options = balanced(item["options"][t], t, example_id, self.seed, counts, self.balance)
             admitted = [o for o in options
                         if draw(self.seed, example_id, t, o["key"]) * counts[(t, o["key"])] < allowance[t]]
             if admitted:
@@ -233,15 +235,15 @@ class SecondChoice(beam.DoFn):
     the captions still waiting (those with no other way to get a row of the type), up to the same cap. Then
     rows; per caption its source_file as emitted when it gave a row, else one discarded letter."""
 
-    def __init__(self, positive_types: list[str], seed: int):
-        self.positive_types, self.seed = positive_types, seed
+    def __init__(self, positive_types: list[str], seed: int, balance: bool = False):
+        self.positive_types, self.seed, self.balance = positive_types, seed, balance
 
     def process(self, item, counts: dict, allowance: dict, round1: dict):
         record, rows, outcomes = item["record"], [], []
         for t in self.positive_types:
             options, chosen = item["options"][t], item["chosen"].get(t)
             if t in item["waiting"]:
-                options = balanced(options, t, record["example_id"], self.seed, counts)
+                options = balanced(options, t, record["example_id"], self.seed, counts, self.balance)
                 admitted = [o for o in options if
                             draw(self.seed + 1, record["example_id"], t, o["key"]) * round1[(t, "waiting", o["key"])]
                             < allowance[t] - round1.get((t, "taken", o["key"]), 0)]
@@ -289,18 +291,20 @@ def rule_parts(records, opts, types: list[str]) -> dict:
     # (a local runner would hold them all between the passes)
     items = spill.spill(proposed.items, "RuleItems")
     histogram = (spill.unspill(items, "RuleItemsForThresholds", beam.pvalue.AsSingleton(applicable))
-                 | "RuleThresholds" >> beam.FlatMap(threshold, beam.pvalue.AsSingleton(applicable), opts.seed)
+                 | "RuleThresholds" >> beam.FlatMap(threshold, beam.pvalue.AsSingleton(applicable), opts.seed,
+                                                   opts.balance_is)
                  | "SumThresholds" >> beam.CombineGlobally(SumCounts()))
     allowance = histogram | "RuleAllowances" >> beam.Map(allowances, opts.max_substitution_share)
     first = spill.unspill(items, "RuleItemsForFirstChoice", beam.pvalue.AsSingleton(applicable),
                           beam.pvalue.AsSingleton(allowance)) | "FirstChoice" >> beam.ParDo(
-        FirstChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable),
+        FirstChoice(types, opts.seed, opts.balance_is), beam.pvalue.AsSingleton(applicable),
         beam.pvalue.AsSingleton(allowance)).with_outputs("round1", main="items")
     round1 = first.round1 | "SumFirstChoice" >> beam.CombineGlobally(SumCounts())
     second = spill.unspill(spill.spill(first.items, "RuleItemsRound1"), "RuleItemsRound1",
                            beam.pvalue.AsSingleton(round1))
     chosen = second | "SecondChoice" >> beam.ParDo(
-        SecondChoice(types, opts.seed), beam.pvalue.AsSingleton(applicable), beam.pvalue.AsSingleton(allowance),
+        SecondChoice(types, opts.seed, opts.balance_is), beam.pvalue.AsSingleton(applicable),
+        beam.pvalue.AsSingleton(allowance),
         beam.pvalue.AsSingleton(round1)).with_outputs(EMITTED, DISCARDED, "chosen", main="rows")
     captions = records | "RuleCaptions" >> beam.Map(lambda _: (("rules", "hard_positives", "captions"), 1))
     shown = applicable | "ApplicabilityCounts" >> beam.FlatMap(

@@ -14,6 +14,8 @@ bag-of-words model picks the positive out of (positive, negative), and each out 
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections import Counter
 
 import apache_beam as beam
 import pyarrow as pa
@@ -26,9 +28,13 @@ from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_table
-from pipeline.io.report import REPORT_FILE, table_report
+from pipeline.io.report import REPORT_FILE, SumCounts, table_report
 from pipeline.io.schema import load_schema
 from pipeline.options import HardposOptions, UsageError
+from pipeline.perturb import transfer
+from pipeline.perturb.candidates import same_text
+from pipeline.perturb.neg_exchange import EXCHANGE
+from pipeline.perturb.neg_swap import keeps_words as same_words
 from pipeline.perturb.outcomes import Discard
 from pipeline.records import CAPTION_FIELDS
 from pipeline.sources import corpus
@@ -47,6 +53,81 @@ def _choose(rows: list[dict], type_field: str, order: list[str]) -> dict | None:
     return min(ranked, key=lambda r: (order.index(r[type_field]), r.get("negative_index", 0)))
 
 
+# Negative types made by exchanging two of the caption's phrases (carried to the positive as an exchange), and by
+# changing its words in place (carried as an edit); the rest (order shuffles, an LLM's) only as written.
+EXCHANGES = frozenset({EXCHANGE, "swap", "negclip"})
+EDITS = frozenset({"replace"})
+CAPTION, POSITIVE = "caption", "hard_positive"
+# How a triple's negative was picked (the report's "triples"): the positive's words in another structure; an edit
+# of the positive its word balance admitted, or the first edit where none was; the caption's negative as written.
+STRUCTURE, BALANCED, UNBALANCED, AS_WRITTEN = "structure", "balanced_edit", "unbalanced_edit", "as_written"
+NEGATIVE_KEPT = ("negative_type", "generator", "model", "seed")
+
+
+def negative_options(caption: str, positive: str, negatives: list[dict], order: list[str],
+                     from_positive: bool) -> list[dict]:
+    """A triple's possible negatives, in the order preferred, each {"negative": its row's provenance, "text",
+    "source": what it is a change of, "edit": for an edit carried to the positive, the words it takes out and
+    brings in ("man -> woman"), else None}. With from_positive, the caption's negatives carried over to the positive
+    where that is sure (perturb/transfer.py): first an exchange (the positive's very words: only the structure
+    differs), then the caption's own exchange where the positive keeps the caption's words, then each edit of the
+    types in `order`; last, and alone without from_positive, the first negative of `order` as written."""
+    ranked = sorted((r for r in negatives if r["negative_type"] in order),
+                    key=lambda r: (order.index(r["negative_type"]), r.get("negative_index", 0)))
+    if not ranked:
+        return []
+
+    def option(row, text, source, edit=None):
+        return {"negative": {k: row.get(k) for k in NEGATIVE_KEPT}, "text": text, "source": source, "edit": edit}
+    options = []
+    if from_positive:
+        exchanges = [r for r in ranked if r["negative_type"] in EXCHANGES]
+        for row in exchanges:
+            phrases = transfer.exchanged_phrases(caption, row["hard_negative"])
+            text = transfer.exchange_in(positive, *phrases) if phrases else None
+            if text is not None and not same_text(text, positive):
+                options.append(option(row, text, POSITIVE))
+        if exchanges and same_words(caption, positive):
+            options.append(option(exchanges[0], exchanges[0]["hard_negative"], CAPTION))
+        for row in ranked:
+            if row["negative_type"] in EDITS:
+                text = transfer.edit_in(caption, row["hard_negative"], positive, row.get("atom"))
+                edit = transfer.edit_key(positive, text) if text is not None else None
+                if edit is not None:
+                    options.append(option(row, text, POSITIVE, edit))
+    options.append(option(ranked[0], ranked[0]["hard_negative"], CAPTION))
+    return options
+
+
+def reverse_edit(edit: str) -> str:
+    old, new = edit.split(" -> ")
+    return f"{new} -> {old}"
+
+
+def pick_negative(options: list[dict], example_id: str, seed: int, edits: dict) -> tuple[dict, str]:
+    """(the option, how it was picked). A structure-only option first. Then the first edit the word balance admits:
+    an edit "a -> b" is admitted by a seeded draw in as many triples as could take "b -> a" (edits: per edit, the
+    triples that could take it), so that no word is brought in by negatives more often than taken out and a
+    text-only model cannot pick the positive by which word it has; where none is admitted, the first edit. Last,
+    the caption's negative as written."""
+    structure = [o for o in options[:-1] if o["edit"] is None]  # the last option is the caption's, as written
+    if structure:
+        return structure[0], STRUCTURE
+    carried = [o for o in options if o["edit"] is not None]
+    for o in carried:
+        if draw(seed, example_id, o["edit"]) * edits.get(o["edit"], 0) < edits.get(reverse_edit(o["edit"]), 0):
+            return o, BALANCED
+    if carried:
+        return carried[0], UNBALANCED
+    return options[-1], AS_WRITTEN
+
+
+def draw(seed: int, example_id: str, edit: str) -> float:
+    """A number in [0, 1) fixed by (seed, caption, edit): the balance's draw."""
+    digest = hashlib.sha256(f"{seed}\x00{example_id}\x00{edit}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
 JOINED = ("caption", "positive", "negative")
 JOINED_COUNTS = "joined_counts"
 
@@ -59,9 +140,12 @@ def join_balance(counts: dict) -> dict:
                    "received": counts.get(("join_received", TABLE, side), 0)} for side in JOINED}
 
 
-class _Join(beam.DoFn):
-    def __init__(self, positive_order: list[str], negative_order: list[str], seed: int):
-        self.positive_order, self.negative_order, self.seed = positive_order, negative_order, seed
+class _Options(beam.DoFn):
+    """A caption's group -> an item {record, positive, options} (negative_options) for the second pass, or a
+    discarded dead letter where it has no positive or no negative; and what reached the join."""
+
+    def __init__(self, positive_order: list[str], negative_order: list[str], from_positive: bool):
+        self.positive_order, self.negative_order, self.from_positive = positive_order, negative_order, from_positive
 
     def process(self, item):
         _, grouped = item
@@ -69,28 +153,60 @@ class _Join(beam.DoFn):
             yield beam.pvalue.TaggedOutput(JOINED_COUNTS, (("join_received", TABLE, side), len(list(grouped[side]))))
         for record in grouped["caption"]:
             positive = _choose(list(grouped["positive"]), "positive_type", self.positive_order)
-            negative = _choose(list(grouped["negative"]), "negative_type", self.negative_order)
-            if positive is None or negative is None:
-                reason = ("no_hard_positive_or_negative" if positive is None and negative is None
+            negatives = list(grouped["negative"])
+            options = negative_options(record["caption"], positive["hard_positive"], negatives, self.negative_order,
+                                       self.from_positive) if positive is not None else []
+            negative = bool(options) or _choose(negatives, "negative_type", self.negative_order) is not None
+            if positive is None or not negative:
+                reason = ("no_hard_positive_or_negative" if positive is None and not negative
                           else "no_hard_positive" if positive is None else "no_hard_negative")
                 yield beam.pvalue.TaggedOutput(DISCARDED, dead_letter(
                     STAGE, TABLE, record["source"], record["source_file"], record["source_index"],
                     Discard(reason, f"positive types {self.positive_order}, negative types {self.negative_order}"),
                     record))
                 continue
-            yield {
-                **{k: record[k] for k in CAPTION_FIELDS},
-                "hard_positive": positive["hard_positive"],
-                "positive_type": positive["positive_type"],
-                "hard_negative": negative["hard_negative"],
-                "negative_type": negative["negative_type"],
-                "positive_generator": positive.get("generator"),
-                "positive_model": positive.get("model"),
-                "positive_prompt_sha256": positive.get("prompt_sha256"),
-                # An LLM negative (llm_negatives) names its model where a rule-based one names its generator.
-                "negative_generator": negative.get("generator") or f"{negative['negative_type']}/{negative['model']}",
-                "seed": negative.get("seed", self.seed),
-            }
+            yield {"record": {k: record[k] for k in CAPTION_FIELDS},
+                   "positive": {k: positive.get(k) for k in POSITIVE_KEPT}, "options": options}
+
+
+POSITIVE_KEPT = ("hard_positive", "positive_type", "generator", "model", "prompt_sha256")
+
+
+def edit_counts(item: dict):
+    """(edit, 1) for every edit a triple could take (each once): the balance's counts."""
+    for edit in sorted({o["edit"] for o in item["options"] if o["edit"] is not None}):
+        yield edit, 1
+
+
+class _Triple(beam.DoFn):
+    """An item -> its train row, the negative picked by pick_negative against the corpus's edit counts; and a
+    count of how it was picked."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def process(self, item, edits: dict):
+        record, positive = item["record"], item["positive"]
+        option, how = pick_negative(item["options"], record["example_id"], self.seed, edits)
+        negative = option["negative"]
+        yield beam.pvalue.TaggedOutput(PICKED, ((PICKED, TABLE, how), 1))
+        yield {
+            **record,
+            "hard_positive": positive["hard_positive"],
+            "positive_type": positive["positive_type"],
+            "hard_negative": option["text"],
+            "negative_type": negative["negative_type"],
+            "negative_source": option["source"],
+            "positive_generator": positive["generator"],
+            "positive_model": positive["model"],
+            "positive_prompt_sha256": positive["prompt_sha256"],
+            # An LLM negative (llm_negatives) names its model where a rule-based one names its generator.
+            "negative_generator": negative["generator"] or f"{negative['negative_type']}/{negative['model']}",
+            "seed": negative["seed"] if negative["seed"] is not None else self.seed,
+        }
+
+
+PICKED = "negative_picked"
 
 
 class _CountWords(beam.CombineFn):
@@ -213,7 +329,7 @@ def _inputs(opts: HardposOptions) -> list[tuple[str, str | None, str]]:
 
 # What the join needs of the tables it reads (their rows carry every released column).
 JOIN_COLUMNS = frozenset({"example_id", "positive_type", "hard_positive", "model", "prompt_sha256",
-                          "negative_type", "negative_index", "hard_negative", "generator", "seed"})
+                          "negative_type", "negative_index", "hard_negative", "generator", "seed", "atom"})
 
 
 CHANGED_INPUTS = "changed_inputs"
@@ -265,18 +381,26 @@ def join(pipeline: beam.Pipeline, opts: HardposOptions, positives, negatives):
     joined = spill.co_group_by_key({"caption": by_id("KeyCaptions", read["records"]),
                                     "positive": by_id("KeyPositives", positives),
                                     "negative": by_id("KeyNegatives", negatives)}, "JoinTrain")
-    built = joined | "ChooseTriples" >> beam.ParDo(_Join(hard_positives.positive_types(opts),
-                                                         train_negatives.negative_types(opts), opts.seed)).with_outputs(
-        DISCARDED, JOINED_COUNTS, main="rows")
+    built = joined | "TripleOptions" >> beam.ParDo(_Options(hard_positives.positive_types(opts),
+                                                          train_negatives.negative_types(opts),
+                                                          opts.negative_from == POSITIVE)).with_outputs(
+        DISCARDED, JOINED_COUNTS, main="items")
+    edits = (built.items | "EditCounts" >> beam.FlatMap(edit_counts)
+             | "SumEditCounts" >> beam.CombineGlobally(SumCounts()))
+    # the second pass waits on the corpus's edit counts: a spilling run reads the items back from files meanwhile
+    items = spill.unspill(spill.spill(built.items, "TripleItems"), "TripleItems", beam.pvalue.AsSingleton(edits))
+    triples = items | "ChooseTriples" >> beam.ParDo(_Triple(opts.seed), beam.pvalue.AsSingleton(edits)).with_outputs(
+        PICKED, main="rows")
     discarded = (read[DISCARDED], built[DISCARDED])  # parts: WriteTableOutputs writes them as one
-    written = {"rows": built.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: discarded} | \
+    written = {"rows": triples.rows, "read": read["read"], REJECTED: read[REJECTED], DISCARDED: discarded} | \
         "WriteTrain" >> WriteTableOutputs(STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard,
-                                          group=lambda r: (r["positive_type"], r["negative_type"]),
+                                          group=triple_group,
                                           row_counts=Separability(opts.seed))
     sent = [pcoll | f"CountSent{side.title()}" >> beam.Map(lambda _, s: (("join_sent", TABLE, s), 1), side)
             for side, pcoll in zip(JOINED, (read["records"], positives, negatives))]
     # summed where made: a count per row would cross a local runner one element each
-    summed = [c | f"SumTrainCounts{i}" >> beam.CombinePerKey(sum) for i, c in enumerate((built[JOINED_COUNTS], *sent))]
+    summed = [c | f"SumTrainCounts{i}" >> beam.CombinePerKey(sum)
+              for i, c in enumerate((built[JOINED_COUNTS], triples[PICKED], *sent))]
     return (written, *summed) | "TrainCounts" >> beam.Flatten()
 
 
@@ -286,8 +410,35 @@ def expected_units(opts: HardposOptions) -> dict[str, tuple[int, str]]:
     return {TABLE: (captions, "captions") if captions is not None else None}
 
 
+GROUP_FIELDS = ["positive_type", "negative_type", "negative_source", "same_words"]
+
+
+def triple_group(row: dict) -> tuple:
+    """The report's group of a train row: its types, what its negative was made from, and whether positive and
+    negative have the same words (they differ only in structure)."""
+    return (row["positive_type"], row["negative_type"], row["negative_source"],
+            same_words(row["hard_positive"], row["hard_negative"]))
+
+
+def triples(section: dict, counts: dict) -> dict:
+    """The shares of matched triples: negatives made from the positive, those with the positive's very words (only
+    the structure differs); and how each negative was picked (pick_negative)."""
+    rows = section["rows"] or 1
+    by = Counter()
+    for *fields, n in section["groups"]["rows"]:
+        group = dict(zip(GROUP_FIELDS, fields, strict=True))
+        by["from_positive"] += n if group["negative_source"] == POSITIVE else 0
+        by["same_words"] += n if group["same_words"] else 0
+    return {"negative_from_positive": by["from_positive"], "same_words": by["same_words"],
+            "share_negative_from_positive": round(by["from_positive"] / rows, 4),
+            "share_same_words": round(by["same_words"] / rows, 4),
+            "picked": {how: counts.get((PICKED, TABLE, how), 0) for how in (STRUCTURE, BALANCED, UNBALANCED,
+                                                                          AS_WRITTEN)}}
+
+
 def report_tables(counts: dict, opts: HardposOptions) -> dict:
-    section = table_report(TABLE, counts, ["positive_type", "negative_type"])
+    section = table_report(TABLE, counts, GROUP_FIELDS)
+    section["triples"] = triples(section, counts)
     section["join"] = join_balance(counts)
     section[CHANGED_INPUTS] = sorted(key[2] for key in counts if key[:2] == (CHANGED_INPUTS, TABLE))
     if any(side["sent"] != side["received"] for side in section["join"].values()) or section[CHANGED_INPUTS]:

@@ -1,0 +1,161 @@
+"""`exchange` hard negatives: the caption's words kept, their roles exchanged, so that the scene changes and only the
+structure says how ("A dog chasing a cat" -> "A cat chasing a dog"). What a matched training triple needs: with a
+positive that keeps the words, a text-only model has nothing to tell the two apart by (stages/train_set.py).
+
+- roles: the one who acts and the one acted on, both people, both animals or (data/structure.json either_kind: a
+  look, a chase) one of each: "A man feeding a giraffe" -> "A giraffe feeding a man", "A dog looking at a man" ->
+  "A man looking at a dog". Acts that are mutual ("hugging", "fighting") or that a thing does are never exchanged.
+- order: the two things of a relation with an order, of kinds that stand either way ("A car behind a bus" -> "A bus
+  behind a car", "A clock above a door" -> "A door above a clock").
+- attributes: two adjectives of one class on two different things (swap's attribute exchanges: "a white dog and a
+  black cat" -> "a black dog and a white cat"), each suited to its new noun by the input captions' bigrams.
+Never a colour moved to a thing with none (it may still be true: "a white cat on a bed" -> "a cat on a white bed"),
+never a thing exchanged with a place or a part, never a relation without an order ("next to": the same scene).
+"""
+from __future__ import annotations
+
+from pipeline.perturb.candidates import Candidate, make_candidate
+from pipeline.perturb.neg_swap import _attribute_pairs, _swap_token_units, keeps_words
+from pipeline.perturb.phrases import NOUN_TAGS, first_piece_cased, misparsed, phrase_text, tail_text
+from pipeline.perturb.pos_clause import _aux_before, _number, _one_clause
+from pipeline.perturb.pos_relation import comparable, related
+from pipeline.perturb.pos_voice import agent_phrase, counted, living, nsubj, object_range, subject_phrase, \
+    thing_phrase, trailing_ok
+from pipeline.perturb.rule_data import structure_rules, swap_rules
+from pipeline.perturb.units import units
+
+EXCHANGE = "exchange"
+ORDERED = (("behind",), ("in", "front", "of"), ("above",), ("below",))
+# Verbs whose object follows "at": "a dog looking at a man", "a dog barking at a cat".
+AT_VERBS = frozenset({"look", "stare", "bark", "glance", "gaze"})
+MAX_CANDIDATES = 12
+
+
+def exchange_candidates(doc, lexicon, corpus=None) -> list[Candidate]:
+    """Every exchange of the caption (roles, order, attributes), each keeping its words."""
+    if misparsed(doc) or any(t.dep_ == "neg" or t.tag_ in ("MD", "PRP", "PRP$") for t in doc):
+        return []
+    caption = doc.text
+    texts = _role_exchanges(doc, lexicon) + _order_exchanges(doc, lexicon) + \
+        _attribute_exchanges(doc, lexicon, corpus)
+    found, seen = [], set()
+    for text in texts:
+        if text is None or text in seen or not keeps_words(caption, text):
+            continue
+        seen.add(text)
+        candidate = make_candidate(EXCHANGE, caption, text)
+        if candidate is not None:
+            found.append(candidate)
+        if len(found) == MAX_CANDIDATES:
+            break
+    return found
+
+
+def _verb_lemma(verb, lexicon) -> str | None:
+    verbs = structure_rules().exchange_verbs
+    return next((f for f in lexicon.wn._morphy(verb.lower_, "v") if f in verbs), None)
+
+
+def _exchanged(doc, a: tuple[int, int], b: tuple[int, int], end: int) -> str:
+    """Phrases a (at the caption's start) and b exchanged, what stands between them as written."""
+    middle = doc.text[doc[a[1] - 1].idx + len(doc[a[1] - 1]):doc[b[0]].idx]
+    first, second = first_piece_cased(doc, [(phrase_text(doc, *b), b[0]), (phrase_text(doc, *a), a[0])])
+    return first + middle + second + tail_text(doc, end)
+
+
+def _role_exchanges(doc, lexicon) -> list[str]:
+    """"A dog chasing a cat" -> "A cat chasing a dog"; "A man is feeding a giraffe" -> "A giraffe is feeding a man"."""
+    rules = structure_rules()
+    texts = []
+    for verb in doc:
+        lemma = _verb_lemma(verb, lexicon) if verb.tag_ in ("VBG", "VBZ", "VBP") else None
+        if lemma is None or not _one_clause(doc, verb):
+            continue
+        aux = _aux_before(verb) if verb.tag_ == "VBG" else None
+        if aux is not None:
+            subject, subject_end, sentence = nsubj(verb), aux.i, True
+        elif verb.tag_ == "VBG" and not any(c.dep_ in ("aux", "auxpass") for c in verb.children):
+            subject_end, sentence = verb.i, False
+            subject = nsubj(verb) if verb.dep_ == "ROOT" else agent_phrase(doc, verb, subject_end, lexicon)
+        elif verb.dep_ == "ROOT" and not any(c.dep_ in ("aux", "auxpass") for c in verb.children):
+            subject, subject_end, sentence = nsubj(verb), verb.i, True
+        else:
+            continue
+        if subject is None or subject.i >= verb.i or not subject_phrase(doc, subject, subject_end) or \
+                not thing_phrase(doc, subject, 0, subject_end, lexicon):
+            continue
+        obj = _object(doc, verb, lemma)
+        span = object_range(obj, lexicon) if obj is not None else None
+        if span is None or not thing_phrase(doc, obj, *span, lexicon) or \
+                not trailing_ok(doc, span[1], (verb, subject, obj), lexicon):
+            continue
+        if not (living(subject, lexicon) and living(obj, lexicon)) or lexicon.noun_lemma(
+                subject.lower_, subject.tag_ == "NNS") == lexicon.noun_lemma(obj.lower_, obj.tag_ == "NNS"):
+            continue
+        kinds = {_kind(subject, lexicon), _kind(obj, lexicon)}
+        if len(kinds) != 1 and lemma not in rules.either_kind:
+            continue  # "a man riding a horse" -> "a horse riding a man": not a scene a photo could show
+        if sentence and _number(subject, len(doc)) != _number(obj, len(doc)):
+            continue  # "two dogs are chasing a cat" -> "a cat are chasing two dogs"
+        texts.append(_exchanged(doc, (0, subject_end), span, span[1]))
+    return texts
+
+
+def _object(doc, verb, lemma):
+    """The verb's object: its direct object right after it, or, for a look, the object of "at"."""
+    objects = [c for c in verb.children if c.dep_ == "dobj"]
+    if lemma in AT_VERBS:
+        objects = [o for p in verb.children if p.dep_ == "prep" and p.lower_ == "at" and p.i == verb.i + 1
+                   for o in p.children if o.dep_ == "pobj"]
+    if len(objects) != 1 or objects[0].left_edge.i not in (verb.i + 1, verb.i + 2):
+        return None
+    return objects[0]
+
+
+def _kind(noun, lexicon) -> str:
+    return "person" if _class(counted(noun), lexicon) == "person" else "animal"
+
+
+def _class(noun, lexicon) -> str | None:
+    word = lexicon.noun_lemma(noun.lower_, noun.tag_ == "NNS") or noun.lower_
+    return swap_rules().object_class(word, lexicon.noun_class(word), lexicon.hypernym_names(word))
+
+
+def _order_exchanges(doc, lexicon) -> list[str]:
+    """"A car behind a bus" -> "A bus behind a car"; "A cat is above a dog" -> "A dog is above a cat"."""
+    texts = []
+    for relation in ORDERED:
+        n = len(relation)
+        for first in range(1, len(doc) - n):
+            if tuple(t.lower_ for t in doc[first:first + n]) != relation:
+                continue
+            pair = related(doc, first, first + n, lexicon)
+            if pair is None:
+                continue
+            (thing, a), (other, b), be = pair
+            if a[0] != 0 or not comparable(thing, other, lexicon) or thing.tag_ not in NOUN_TAGS or \
+                    (be is not None and _number(thing, len(doc)) != _number(other, len(doc))):
+                continue
+            texts.append(_exchanged(doc, a, b, b[1]))
+    return texts
+
+
+def _attribute_exchanges(doc, lexicon, corpus) -> list[str | None]:
+    """"A white dog and a black cat" -> "A black dog and a white cat": two adjectives of one class on different
+    things, each a plain word of its own (not "light blue", "lush green", "stainless steel"), and, given the input
+    captions, each said of its new noun in some caption ("red grass", "blue bananas" are not: a text-only model
+    rejects them without the photo)."""
+    us = units(doc)
+    return [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)
+            if _plain_adjective(a, lexicon) and _plain_adjective(b, lexicon) and _said_of(a, b.head, corpus)
+            and _said_of(b, a.head, corpus)]
+
+
+def _plain_adjective(adjective, lexicon) -> bool:
+    before = adjective.doc[adjective.i - 1] if adjective.i else None
+    return not list(adjective.children) and (before is None or before.tag_ not in ("JJ", "JJR", "JJS", "RB", "NN")
+                                              ) and not lexicon.is_multiword((adjective.lower_, adjective.head.lower_))
+
+
+def _said_of(adjective, noun, corpus) -> bool:
+    return corpus is None or corpus.bigram(adjective.lower_, noun.lower_) > 0
