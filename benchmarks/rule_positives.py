@@ -40,8 +40,11 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.sources.coco import load_captions_file  # noqa: E402
 
-TYPES = ("rule_replace", "rule_swap", "rule_clause")
+TYPES = ("rule_replace", "rule_swap", "rule_clause", "rule_converse", "rule_voice")
 SAMPLE_SEED, SAMPLE_SIZE, PER_TYPE, CONTROLS = 2033, 4000, 100, 30
+# The kinds of rule_converse, told apart from the rewrite: the two things of an order-free relation exchanged (the
+# same words), the relation said from its second thing ("with ... it", or back), a relation turned into its converse.
+CONVERSE_KINDS = ("exchange", "ground", "converse")
 LABELS = ("fluent", "same_meaning", "minimal")
 TARGET = 0.95
 JUDGED = REPO / "benchmarks" / "judged"
@@ -103,18 +106,29 @@ def read_before() -> set[int]:
             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
 
 
-def sample_rows(captions: str, rows: list[dict], seed: int) -> list[dict]:
-    """The rows to read: per type, the first PER_TYPE rows of the sampled captions, in sample order, leaving out
+def converse_kind(caption: str, rewrite: str) -> str:
+    """Which kind of rule_converse rewrite this is (CONVERSE_KINDS)."""
+    def words(text):
+        return sorted(w.lower() for w in text.replace(".", " ").split())
+    if words(caption) == words(rewrite):
+        return "exchange"
+    said = {w.lower().strip(".,") for w in rewrite.split()} ^ {w.lower().strip(".,") for w in caption.split()}
+    return "ground" if said & {"with", "it", "them", "him", "her"} else "converse"
+
+
+def sample_rows(captions: str, rows: list[dict], seed: int, types=TYPES, per_type: int = PER_TYPE,
+                size: int = SAMPLE_SIZE) -> list[dict]:
+    """The rows to read: per type, the first `per_type` rows of the sampled captions, in sample order, leaving out
     captions an earlier read judged."""
     seen = read_before()
     annotations = [a for a in load_captions_file(captions)[1] if a.get("id") not in seen]
-    order = {a["id"]: k for k, a in enumerate(random.Random(seed).sample(annotations, SAMPLE_SIZE))}
+    order = {a["id"]: k for k, a in enumerate(random.Random(seed).sample(annotations, min(size, len(annotations))))}
     picked = []
-    for t in TYPES:
+    for t in types:
         of_type = sorted((r for r in rows if r["positive_type"] == t and r["caption_id"] in order),
                          key=lambda r: order[r["caption_id"]])
         picked += [{"positive_type": t, "generator": r["generator"], "caption_id": r["caption_id"],
-                    "caption": r["caption"], "hard_positive": r["hard_positive"]} for r in of_type[:PER_TYPE]]
+                    "caption": r["caption"], "hard_positive": r["hard_positive"]} for r in of_type[:per_type]]
     return picked
 
 
@@ -149,8 +163,11 @@ def read_table(path: Path, current: set[tuple[int, str]]) -> None:
     print(f"{path.name} ({rows[0].get('reader', 'reader')}; {', '.join(sorted({r['generator'] for r in read}))}; "
           f"the current rules still write {len(kept)} of its {len(read)} rows, {kept_true} of them read true):")
     print(f"  {'type':<17} {'rows':>5} {'fluent':>7} {'same':>7} {'minimal':>8} {'true':>7}")
-    for t in (*TYPES, "control_negative"):
-        of_type = [r for r in rows if r["positive_type"] == t]
+    kinds = [f"rule_converse:{k}" for k in CONVERSE_KINDS]
+    for t in (*TYPES, *kinds, "control_negative"):
+        of_type = [r for r in rows if r["positive_type"] == t or (
+            t in kinds and r["positive_type"] == "rule_converse" and
+            f"rule_converse:{converse_kind(r['caption'], r['hard_positive'])}" == t)]
         if not of_type:
             continue
         shares = [sum(r[label] for r in of_type) / len(of_type) for label in LABELS]
@@ -188,6 +205,11 @@ def main() -> None:
     parser.add_argument("--words", action="store_true", help="print the commonest words and the table's decisions")
     parser.add_argument("--sheet", default=None, help="write the sample and controls, shuffled, for a blind reader")
     parser.add_argument("--sample_seed", type=int, default=SAMPLE_SEED, help="the sample of captions to read")
+    parser.add_argument("--types", default=",".join(TYPES), help="--sheet: the rule types to read")
+    parser.add_argument("--per_type", type=int, default=PER_TYPE, help="--sheet: rows per type")
+    parser.add_argument("--every_exchange", action="store_true",
+                        help="--sheet: also every rule_converse exchange of the captions no read judged (they are "
+                             "few: a random sample holds too few to read)")
     args = parser.parse_args()
     if not args.skip_run:
         run_stage(args.captions, args.output_dir)
@@ -197,7 +219,14 @@ def main() -> None:
                   json.loads(Path(args.output_dir, "report.json").read_text())["tables"]["hard_positives"])
     length_figures(table_rows(args.output_dir, "train"))
     if args.sheet:
-        sample = sample_rows(args.captions, positives, args.sample_seed)
+        types = tuple(args.types.split(","))
+        sample = sample_rows(args.captions, positives, args.sample_seed, types, args.per_type)
+        if args.every_exchange:
+            taken, seen = {r["caption_id"] for r in sample}, read_before()
+            sample += [{"positive_type": "rule_converse", "generator": r["generator"], "caption_id": r["caption_id"],
+                        "caption": r["caption"], "hard_positive": r["hard_positive"]} for r in positives
+                       if r["positive_type"] == "rule_converse" and r["caption_id"] not in taken | seen and
+                       converse_kind(r["caption"], r["hard_positive"]) == "exchange"]
         rows = sample + control_rows(args.output_dir, {r["caption_id"] for r in sample}, args.sample_seed)
         write_sheet(args.sheet, rows, args.sample_seed)
         with open(args.sheet + ".key.jsonl", "w", encoding="utf-8") as f:

@@ -194,9 +194,10 @@ def _flags_hard_positives(group) -> None:
                             "pipeline/perturb/data/positive_synonyms.json) and rule_swap (the two sides of an "
                             "'and' exchanged), no model needed; and the LLM's replace, swap, replace_verb, "
                             "replace_preposition (--llm_engine); rule_clause (the caption's verb in "
-                            "another form that means the same: 'is riding' <-> 'rides'); rule_symmetric (the "
-                            "two things of 'next to' exchanged), rule_converse ('a car behind a bus' -> 'a bus "
-                            "in front of a car', 'a cat on a couch' -> 'a couch with a cat on it'), rule_voice "
+                            "another form that means the same: 'is riding' <-> 'rides'); rule_converse (a "
+                            "relation said the other way round: 'a cat next to a dog' -> 'a dog next to a cat', "
+                            "'a car behind a bus' -> 'a bus in front of a car', 'a cat on a couch' -> 'a couch "
+                            "with a cat on it'), rule_voice "
                             "('a man riding a horse' -> 'a horse ridden by a man'). Default: every rule type, "
                             "or replace,swap and those when --llm_engine is given. For train_set: the order of "
                             "preference (default: the LLM's types, then the rules).")

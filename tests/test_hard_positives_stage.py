@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.llm.engines import EngineConfig, OpenAIEngine, Sampling
+from pipeline.perturb.positives import RULE_POSITIVE_TYPES
 from pipeline.run import main
 from tests.conftest import REPO, SHARED_DATA, one_error_line, report, rows_of, run_cli, visible_files
 from tests.llm_fixtures import SAMPLE_CAPTIONS, CompletionsServer, build_tiny_llama, write_captions_subset
@@ -178,9 +179,30 @@ def test_train_set_has_a_row_for_every_caption_not_accounted_as_failed(chain):
     assert 0 < accepted < positives["tables"]["hard_positives"]["prompts"]
     for row in rows:
         assert row["hard_positive"] != row["caption"] and row["hard_negative"] != row["caption"]
-        assert row["positive_type"] in ("replace", "swap", "rule_replace", "rule_swap", "rule_clause")
-        assert row["negative_type"] == "replace"
+        assert row["positive_type"] in ("replace", "swap", *RULE_POSITIVE_TYPES)
+        assert row["negative_type"] in ("replace", "exchange")
     assert len({r["example_id"] for r in rows}) == len(rows)
+
+
+def test_train_negatives_are_made_from_the_positive_and_the_report_counts_how(chain):
+    from pipeline.perturb.transfer import changed_region
+
+    section = chain[3]["tables"]["train"]
+    rows = rows_of(chain[0], "train")
+    negatives = {}
+    for r in rows_of(chain[0], "train_negatives"):
+        negatives.setdefault(r["example_id"], set()).add(r["hard_negative"])
+    carried = [r for r in rows if r["negative_source"] == "hard_positive"]
+    assert carried and all(r["negative_source"] in ("hard_positive", "caption") for r in rows)
+    for row in rows:
+        if row["negative_source"] == "caption":
+            assert row["hard_negative"] in negatives[row["example_id"]]
+        else:  # the positive with one change: a few words replaced, or two phrases exchanged
+            i, j, k, m = changed_region(row["hard_positive"], row["hard_negative"])
+            assert j - i <= 8 and m - k <= 8, row
+    triples = section["triples"]
+    assert triples["negative_from_positive"] == len(carried)
+    assert sum(triples["picked"].values()) == len(rows) == section["rows"]
 
 
 def test_train_set_loads_with_datasets(chain):
@@ -209,16 +231,41 @@ def test_hard_positive_rows_record_the_prompt_and_sampling(chain):
         assert row["prompt_sha256"] == prompt_sha[row["positive_type"]] and row["generator"] is None
         assert row["temperature"] == 0.0 and row["attempt"] == 0 and row["model"] == "stub"
         assert row["max_new_tokens"] == (30 if row["positive_type"] == "replace" else 20)
-    assert {r["positive_type"] for r in llm} == {"replace", "swap"}
+    assert llm and {r["positive_type"] for r in llm} <= {"replace", "swap"}
     assert all(not re.match(r"(?i)sure", r["hard_positive"]) for r in rows)
     # with an engine named, the rules run beside it: their rows name the rule and nothing of a model
     rules = [r for r in rows if r not in llm]
-    assert "rule_replace" in {r["positive_type"] for r in rules} <= {"rule_replace", "rule_swap", "rule_clause"}
+    assert "rule_replace" in {r["positive_type"] for r in rules} <= set(RULE_POSITIVE_TYPES)
     for row in rules:
-        assert re.fullmatch(r"rule_(replace|swap|clause)/\d+", row["generator"]) and row["generator"].startswith(
-            row["positive_type"])
+        assert re.fullmatch(r"rule_(replace|swap|clause|converse|voice)/\d+", row["generator"]) and \
+            row["generator"].startswith(row["positive_type"])
         assert all(row[c] is None for c in ("model", "llm_engine", "prompt_sha256", "chat_format", "temperature",
                                             "attempt", "output_tokens"))
+
+
+def test_the_llm_is_asked_only_about_captions_no_rule_covers_and_the_prompts_saved_are_counted(tmp_path):
+    from pipeline.llm.prompts import wants
+
+    replay = REPO / "samples" / "coco" / "hard_positives_replay.jsonl"
+    sections, rows = {}, {}
+    for mode in ("uncovered", "all"):
+        out = tmp_path / mode
+        assert main(["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
+                     "--llm_engine=replay", f"--llm_replay={replay}", "--model=meta-llama/Llama-2-70b-chat-hf",
+                     "--chat_format=llama2", f"--llm_prompts={mode}",
+                     "--runner=DirectRunner", "--progress_seconds=0"]) == 0
+        sections[mode], rows[mode] = report(out)["tables"]["hard_positives"], rows_of(out, "hard_positives")
+    covered = {r["example_id"]: r["caption"] for r in rows["uncovered"] if r["positive_type"].startswith("rule_")}
+    llm = {r["example_id"] for r in rows["uncovered"] if not r["positive_type"].startswith("rule_")}
+    assert covered and llm and not set(covered) & llm
+    saved = sum(wants(kind, caption) for caption in covered.values() for kind in ("replace", "swap"))
+    assert sections["uncovered"]["llm_prompts"] == "uncovered" and sections["uncovered"]["prompts_saved"] == saved
+    assert sections["uncovered"]["prompts"] + saved == sections["all"]["prompts"]
+    assert sections["all"]["llm_prompts"] == "all" and sections["all"]["prompts_saved"] == 0
+    assert all(s["balanced"] for s in sections.values())
+    # the same rule rows either way: the LLM's prompts do not change the rules
+    assert [r for r in rows["uncovered"] if r["positive_type"].startswith("rule_")] == \
+        [r for r in rows["all"] if r["positive_type"].startswith("rule_")]
 
 
 def test_train_prefers_the_llm_positive_and_falls_back_to_a_rule(chain):
@@ -227,7 +274,7 @@ def test_train_prefers_the_llm_positive_and_falls_back_to_a_rule(chain):
     for row in rows_of(out, "hard_positives"):
         positives.setdefault(row["example_id"], {})[row["positive_type"]] = row
     assert train["tables"]["train"]["positive_types"] == ["replace", "swap", "replace_verb", "replace_preposition",
-                                                          "rule_swap", "rule_clause", "rule_replace"]
+                                                          *RULE_POSITIVE_TYPES]
     order = train["tables"]["train"]["positive_types"]
     kinds = set()
     for row in rows_of(out, "train"):

@@ -65,12 +65,14 @@ def test_stage_all_on_the_sample_prints_progress_then_the_summary(release):
     assert "done in" in summary
     markdown = (out / "all" / "report.md").read_text()
     assert "| train | 41 |" in markdown and "no_hard_positive" in markdown
-    # the sample's hand-written answers: 2 wrong ones (two changes; open -> closed) and 1 missing answer are
-    # rejected, the rest accepted
+    # the LLM is asked only about the captions no rule covers (4 of the 37 good ones); the sample's hand-written
+    # answers to those are all accepted
     hp = report(out / "all")["tables"]["hard_positives"]
-    assert hp["accepted"] == 41 and hp["rejected_generations"] == 3 and hp["balanced"]
+    assert hp["accepted"] == hp["prompts"] == 4 and hp["rejected_generations"] == 0 and hp["balanced"]
+    assert hp["llm_prompts"] == "uncovered" and hp["prompts_saved"] == 40
     rule_rows = {t: v["rows"] for t, v in hp["rule_types"].items()}
-    assert hp["rows"] == 41 + sum(rule_rows.values()) and rule_rows["rule_replace"] > 0 and rule_rows["rule_swap"] > 0
+    assert hp["rows"] == 4 + sum(rule_rows.values()) and all(n > 0 for n in rule_rows.values())
+    assert set(rule_rows) == {"rule_swap", "rule_converse", "rule_voice", "rule_clause", "rule_replace"}
     # the LLM's positive where it was accepted, else a rule's: most good captions make a training triple
     train = report(out / "all")["tables"]["train"]
     assert train["rows"] >= 0.6 * (train["read"] - train["rejected"])

@@ -47,7 +47,8 @@ def train_row(k: int, caption: str, positive: str, positive_type: str) -> dict:
             "caption": caption,
             "hard_positive": positive, "positive_type": positive_type, "hard_negative": f"not {caption}",
             "negative_type": "replace", "positive_generator": None, "positive_model": "test",
-            "positive_prompt_sha256": "0" * 64, "negative_generator": "replace/1", "seed": 0}
+            "positive_prompt_sha256": "0" * 64, "negative_generator": "replace/1", "negative_source": "caption",
+            "seed": 0}
 
 
 @pytest.fixture(scope="module")

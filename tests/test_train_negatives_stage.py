@@ -14,7 +14,7 @@ from conftest import report, rows_of, run_cli
 
 from pipeline.io.schema import load_schema
 from pipeline.perturb.candidates import same_text
-from pipeline.perturb.generators import NEGATIVE_TYPES, version
+from pipeline.perturb.generators import NEGATIVE_TYPES, RANKED, version
 from pipeline.perturb.neg_order import ARO_ORDER
 from pipeline.llm.validate import singular
 from pipeline.perturb.text import single_spaced, words
@@ -387,7 +387,7 @@ def test_order_eval_discards_say_which_perturbation_failed(order_run):
 def test_rows_record_their_ranker_score_and_candidates(all_run):
     rows = rows_of(all_run, "train_negatives")
     for r in rows:
-        if r["negative_type"] in ("replace", "swap", "negclip"):
+        if r["negative_type"] in RANKED:
             assert r["ranker"] == "ngram" and r["candidates"] >= 1 and r["rank_score"] is not None, r
         else:
             assert r["ranker"] is None and r["candidates"] is None and r["rank_score"] is None, r

@@ -37,7 +37,7 @@ def train_row(i: int) -> dict:
             "positive_type": "swap" if i % 3 == 0 else "replace",
             "hard_negative": f"a {thing} next to a {color} tree number {i}", "negative_type": "replace",
             "positive_generator": None, "positive_model": "test", "positive_prompt_sha256": "0" * 64,
-            "negative_generator": "replace/1",
+            "negative_generator": "replace/1", "negative_source": "caption",
             "seed": 0}
 
 

@@ -147,15 +147,30 @@ def _attribute_exchanges(doc, lexicon, corpus) -> list[str | None]:
     rejects them without the photo)."""
     us = units(doc)
     return [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)
-            if _plain_adjective(a, lexicon) and _plain_adjective(b, lexicon) and _said_of(a, b.head, corpus)
-            and _said_of(b, a.head, corpus)]
+            if _plain_adjective(a, lexicon) and _plain_adjective(b, lexicon) and _said_of(a, b.head, corpus, lexicon)
+            and _said_of(b, a.head, corpus, lexicon)]
 
 
 def _plain_adjective(adjective, lexicon) -> bool:
+    """An adjective of its own (no "light" blue, no "lush" green before it) and, on a food, a plant or a thing of no
+    class, no name of a kind ("red wine", "green beans"); "a black cat" is a cat that is black."""
     before = adjective.doc[adjective.i - 1] if adjective.i else None
-    return not list(adjective.children) and (before is None or before.tag_ not in ("JJ", "JJR", "JJS", "RB", "NN")
-                                              ) and not lexicon.is_multiword((adjective.lower_, adjective.head.lower_))
+    named = _class(adjective.head, lexicon) in (None, "food", "plant") and \
+        lexicon.is_multiword((adjective.lower_, adjective.head.lower_))
+    return not list(adjective.children) and not named and \
+        (before is None or before.tag_ not in ("JJ", "JJR", "JJS", "RB", "NN"))
 
 
-def _said_of(adjective, noun, corpus) -> bool:
-    return corpus is None or corpus.bigram(adjective.lower_, noun.lower_) > 0
+# Things any colour or size suits ("a blue ball", "a grey collar"); of the rest (animals, food, plants, places) only
+# a colour or size some input caption says of the noun ("a green horse", "red grass" are not).
+PAINTED = frozenset({"vehicle", "furniture", "fixture", "tableware", "clothing", "electronics", "sports", "building",
+                     "fixture_outdoor"})
+FREE = frozenset({"colour", "size"})
+
+
+def _said_of(adjective, noun, corpus, lexicon=None) -> bool:
+    """The adjective suits the noun: a colour or a size on a made thing, else a pair some input caption has."""
+    if corpus is None or corpus.bigram(adjective.lower_, noun.lower_) > 0:
+        return True
+    free = swap_rules().attribute_class.get(adjective.lower_, frozenset()) & FREE
+    return bool(free) and lexicon is not None and _class(noun, lexicon) in PAINTED

@@ -1,5 +1,5 @@
 """Noun phrases of a parsed caption as token ranges, and the text surgery the structure rules share (rule_voice,
-rule_symmetric, rule_converse and the exchange negatives): phrases move whole, each with the characters it was
+rule_converse and the exchange negatives): phrases move whole, each with the characters it was
 written with, and the sentence capital goes with the caption's first word.
 
 Plain Python over spaCy tokens (no Beam, no I/O).

@@ -1,19 +1,20 @@
-"""rule_symmetric and rule_converse hard positives: a relation between two things said the other way round, which
-keeps the scene and changes the structure.
-- rule_symmetric: the two things of a relation without an order exchanged, each with its own words: "A cat next to a
-  dog" -> "A dog next to a cat", "A black car is parked near a red truck" is left alone (the participle is the car's),
-  "A red car near a white truck." -> "A white truck near a red car.".
-- rule_converse: the relation turned into its converse, the two things exchanged: "A car behind a bus" -> "A bus in
-  front of a car", "A clock above a door" -> "A door below a clock"; and a thing on, in or under a holder said from the
-  holder: "A cat on a couch" <-> "A couch with a cat on it", "A dog sleeping under a table" <-> "A table with a dog
-  sleeping under it".
+"""rule_converse hard positives: a relation between two things said the other way round, which keeps the scene and
+changes the structure:
+- a relation without an order, its two things exchanged, each with its own words: "A cat next to a dog" -> "A dog
+  next to a cat", "A red car near a white truck." -> "A white truck near a red car." ("A black car parked near a red
+  truck" is left alone: the participle is the car's);
+- a relation with an order turned into its converse: "A car behind a bus" -> "A bus in front of a car", "A clock
+  above a door" -> "A door below a clock";
+- the relation said from its second thing: "A cat on a couch" <-> "A couch with a cat on it", "A man standing next
+  to a bus" <-> "A bus with a man standing next to it", "A kitchen with a stove" <-> "A stove in a kitchen".
 
 The relations and what may stand on either side are data (data/structure.json). Only where the other order says the
 same of any photo and reads as a caption: the first thing begins the caption ("A cat ...", "There is a cat ...", "A
-photo of a cat ..."), the relation is said of it directly (not of what it does: "a man sitting next to a woman" is
-left alone: she may be standing), both things are noun phrases that read whole wherever they stand (no pronoun, no
-"another"), things of kinds that read naturally on either side of an order-free relation ("a building next to a man"
-reads the wrong way round), and nothing after the second thing but its own words, a place or a time.
+photo of a cat ..."), the relation is said of it (a participle of position or motion may stand between: "sitting",
+"parked", "walking"; "a man sitting next to a woman" is not "a woman sitting next to a man": she may be standing),
+both things are noun phrases that read whole wherever they stand (no pronoun, no "another"), things of kinds that
+read naturally on either side of an order-free relation ("a building next to a man" reads the wrong way round), and
+nothing after the second thing but its own words, a place or a time.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from pipeline.perturb.pos_voice import living, trailing_ok
 from pipeline.perturb.rule_data import structure_rules, swap_rules
 from pipeline.perturb.substitution import stem, words
 
-RULE_SYMMETRIC = "rule_symmetric"
 RULE_CONVERSE = "rule_converse"
 # Words a caption may start with before its first thing, kept in place: "There is", "A photo of".
 OPENING_BE = frozenset({"is", "are"})
@@ -38,26 +38,19 @@ STILL = frozenset({"down", "alone", "together", "quietly", "peacefully"})
 ORDERED = frozenset({"behind", "front", "above", "below", "under", "beneath", "underneath"})
 
 
-def symmetric_positives(doc, lexicon) -> list[Candidate]:
-    """"A cat next to a dog" -> "A dog next to a cat"."""
-    if _refused(doc):
-        return []
-    found = []
-    for relation in structure_rules().symmetric:
-        for start in _occurrences(doc, relation):
-            pair = related(doc, start, start + len(relation), lexicon)
-            if pair is not None and comparable(pair[0][0], pair[1][0], lexicon):
-                found.append(_rewrite(doc, RULE_SYMMETRIC, pair, start, start + len(relation),
-                                      phrase_text(doc, start, start + len(relation))))
-    return [c for c in found if c is not None]
-
-
 def converse_positives(doc, lexicon, inflector) -> list[Candidate]:
-    """"A car behind a bus" -> "A bus in front of a car"; "A cat on a couch" <-> "A couch with a cat on it"."""
+    """"A cat next to a dog" -> "A dog next to a cat"; "A car behind a bus" -> "A bus in front of a car"; "A cat on a
+    couch" <-> "A couch with a cat on it"."""
     if _refused(doc):
         return []
     rules = structure_rules()
     found = []
+    for relation in rules.symmetric:
+        for start in _occurrences(doc, relation):
+            pair = related(doc, start, start + len(relation), lexicon)
+            if pair is not None and comparable(pair[0][0], pair[1][0], lexicon):
+                found.append(_rewrite(doc, RULE_CONVERSE, pair, start, start + len(relation),
+                                      phrase_text(doc, start, start + len(relation))))
     for relation, converse in rules.converse.items():
         for start in _occurrences(doc, relation):
             pair = related(doc, start, start + len(relation), lexicon)
@@ -336,8 +329,9 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
         return None  # "a man on a laptop" is using it
     if pronoun is None or ground.left_edge.i != g_start or not _phrase_ok(doc, ground, g_start, g_end, lexicon) or \
             not _opens_caption(doc, ground, g_start) or \
-            not (_tail_ok(doc, g_end) or trailing_ok(doc, g_end, [participle or head], lexicon)):
-        return None
+            not (_tail_ok(doc, g_end) or trailing_ok(doc, g_end, [participle or head], lexicon)) or \
+            any(t.lower_ in ORDERED for t in doc[g_end:]):
+        return None  # "a person behind a table in front of many dishes": which is in front is not known
     if not _plain_ground(doc, ground, g_start, g_end):
         return None
     said = [(phrase_text(doc, start, thing_end), start)] + \
@@ -437,7 +431,7 @@ def _bare_stuff(doc, noun, start: int, end: int) -> bool:
 # Words the other way round may add or drop: the relations, "with", "it"/"them", and "be".
 RELATION_WORDS = frozenset("""next to beside near alongside close adjacent across from behind in front of above below
 under underneath beneath on top inside atop over along down through around against at by into out toward towards past
-up with it them him her is are""".split())
+up with it them him her is are there""".split())
 
 
 def same_things(caption: str, text: str) -> bool:

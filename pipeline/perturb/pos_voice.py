@@ -41,7 +41,7 @@ DEPICTIONS = frozenset("statue statues sculpture painting drawing poster figurin
 # The particles a verb keeps in the passive: "holds up a sign" -> "a sign is held up by" (not "riding down tracks").
 PARTICLES = frozenset({("hold", "up"), ("lift", "up"), ("pick", "up")})
 # The words the other voice adds or drops: "by", and the forms of "be" ("is being thrown").
-VOICE_WORDS = frozenset({"by", "be", "being"})
+VOICE_WORDS = frozenset({"by", "be", "being", "that", "who"})  # and a relative's pronoun: "a man that is riding"
 
 
 def voice_positives(doc, lexicon, inflector) -> list[Candidate]:
@@ -79,11 +79,13 @@ def _object_fits(lemma: str, obj, lexicon) -> bool:
     return lemma not in rules.voice_synsets or bool(lexicon.hypernym_names(word) & rules.voice_synsets[lemma])
 
 
-def thing_phrase(doc, noun, start: int, end: int, lexicon=None) -> bool:
+def thing_phrase(doc, noun, start: int, end: int, lexicon=None, doing: bool = False) -> bool:
     """A noun phrase that reads whole wherever it stands: a common noun, no frame, no pronoun, no clause of its
-    own, and determined ("a man", "two dogs", "kids"), or, given the lexicon, a bare mass noun ("eating pizza")."""
+    own (with `doing`, a participle of the noun's own may stand in it: "a little girl standing in a forest"), and
+    determined ("a man", "two dogs", "kids"), or, given the lexicon, a bare mass noun ("eating pizza")."""
     if noun.tag_ not in NOUN_TAGS or noun.lower_ in FRAMES | DEPICTIONS or not plain_phrase(doc, start, end) or \
-            any((t.tag_.startswith("VB") and t.dep_ not in ("amod", "compound")) or t.dep_ == "nmod"
+            any((t.tag_.startswith("VB") and t.dep_ not in ("amod", "compound") and
+                 not (doing and t.dep_ == "acl" and t.head.i == noun.i)) or t.dep_ == "nmod"
                 for t in doc[start:end]):
         return False  # "a man and dog herd sheep": a verb the parser read as a noun
     if lexicon is not None and any(gerund(t, lexicon) for t in doc[start:end] if t.tag_ in NOUN_TAGS):
@@ -224,7 +226,7 @@ def _passive(doc, verb, lexicon) -> list[str] | None:
         start, there = opening(doc)
         subject = agent_phrase(doc, verb, subject_end, lexicon, start) if start else None
     if subject is None or subject.i >= verb.i or not subject_phrase(doc, subject, subject_end, start) or \
-            not thing_phrase(doc, subject, start, subject_end, lexicon):
+            not thing_phrase(doc, subject, start, subject_end, lexicon, doing=True):
         return None
     if not living(subject, lexicon) and lemma not in structure_rules().thing_agents:
         return None  # "a bathroom with two containers catching drips": a thing that cannot do it
@@ -239,7 +241,7 @@ def _passive(doc, verb, lexicon) -> list[str] | None:
             not _object_fits(lemma, obj, lexicon) or not trailing_ok(doc, span[1], (verb, subject, obj), lexicon):
         return None
     if span[1] < len(doc) and not doc[span[1]].is_punct and \
-            any(c.dep_ == "prep" and c.i > subject.i for c in subject.children):
+            any(c.dep_ == "prep" and c.lower_ != "of" and c.i > subject.i for c in subject.children):
         return None  # "a person in a field flying a kite in the sky" -> "... by a person in a field in the sky"
     if there is not None and _number_of(obj) != there:
         return None  # "There is a man holding two umbrellas" -> "There is two umbrellas held by a man"

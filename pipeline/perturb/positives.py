@@ -2,8 +2,8 @@
 
 rule_replace (pos_replace.py: a true synonym from data/positive_synonyms.json), rule_swap (pos_swap.py: the two
 sides of one "and" exchanged), rule_clause (pos_clause.py: the clause said another way) and the structure rules,
-rule_symmetric and rule_converse (pos_relation.py: a relation said the other way round) and rule_voice
-(pos_voice.py: the action in the other voice), need no model: spaCy's tagger and parser, WordNet for word classes
+rule_converse (pos_relation.py: a relation said the other way round) and rule_voice (pos_voice.py: the action in the
+other voice), need no model: spaCy's tagger and parser, WordNet for word classes
 and inflections. Each proposes every valid candidate of a caption; the stage keeps one that passes the hard-positive
 validation (llm/validate.py, or the type's own check), as an LLM answer would.
 """
@@ -15,8 +15,7 @@ from pipeline.perturb.candidates import Candidate, record_rng
 from pipeline.perturb.pos_replace import RULE_REPLACE, SynonymTable, replace_positives
 from pipeline.perturb.pos_swap import RULE_SWAP, swap_positives
 from pipeline.perturb.pos_clause import RULE_CLAUSE, clause_positives, same_content
-from pipeline.perturb.pos_relation import RULE_CONVERSE, RULE_SYMMETRIC, converse_positives, same_things, \
-    symmetric_positives
+from pipeline.perturb.pos_relation import RULE_CONVERSE, converse_positives, same_things
 from pipeline.perturb.pos_voice import RULE_VOICE, same_action, voice_positives
 from pipeline.perturb.rule_data import positive_swaps, positive_synonyms, structure_rules
 
@@ -24,8 +23,7 @@ from pipeline.perturb.rule_data import positive_swaps, positive_synonyms, struct
 # from its caption), a relation or an action said the other way round changes the structure and keeps the things, a
 # clause form keeps the caption's words but for "is"/"there"/"with", a synonym brings a new word in (the easiest for
 # a text-only model to learn).
-RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_SYMMETRIC, RULE_CONVERSE, RULE_VOICE, RULE_CLAUSE, RULE_REPLACE)
-STRUCTURE_TYPES = (RULE_SYMMETRIC, RULE_CONVERSE, RULE_VOICE)
+RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_CONVERSE, RULE_VOICE, RULE_CLAUSE, RULE_REPLACE)
 # Bumped when a rule's output for the same caption changes (its code or its data file). Each version was read
 # blind by two readers on captions no earlier round had (benchmarks/rule_positives.py, judged/). 2: no
 # person -> individual or holding -> grasping, no shared article moved, no place hanging from the second conjunct
@@ -51,18 +49,16 @@ STRUCTURE_TYPES = (RULE_SYMMETRIC, RULE_CONVERSE, RULE_VOICE)
 # inside a place ("next to a bar and a blue table"), none after a participle that may be both's ("has fried eggs
 # and hash browns"), no "one" that refers back. clause/1: new; round 7's failure ("we are looking" -> "we look":
 # a pronoun subject) went.
-# symmetric/1, converse/1, voice/1: new (data/structure.json).
-VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 1, RULE_SYMMETRIC: 1, RULE_CONVERSE: 1, RULE_VOICE: 1}
+# converse/1, voice/1: new (data/structure.json).
+VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 1, RULE_CONVERSE: 1, RULE_VOICE: 1}
 # The validation each rule's output must pass: the LLM positive type it stands for (clause: none stands for it; its
 # own check, OWN_CHECKS, that the words are the caption's, each in some form, but for "is", "there", "with").
-VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap", RULE_CLAUSE: None, RULE_SYMMETRIC: None,
-                RULE_CONVERSE: None, RULE_VOICE: None}
+VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap", RULE_CLAUSE: None, RULE_CONVERSE: None,
+                RULE_VOICE: None}
 # The check of a type no LLM type stands for: (caption, rewrite) -> whether its words are the caption's.
-OWN_CHECKS = {RULE_CLAUSE: same_content, RULE_SYMMETRIC: same_things, RULE_CONVERSE: same_things,
-              RULE_VOICE: same_action}
+OWN_CHECKS = {RULE_CLAUSE: same_content, RULE_CONVERSE: same_things, RULE_VOICE: same_action}
 NO_CANDIDATE = {RULE_REPLACE: "no_table_synonym", RULE_SWAP: "no_exchangeable_and", RULE_CLAUSE: "no_clause_form",
-                RULE_SYMMETRIC: "no_symmetric_relation", RULE_CONVERSE: "no_converse_relation",
-                RULE_VOICE: "no_other_voice"}
+                RULE_CONVERSE: "no_converse_relation", RULE_VOICE: "no_other_voice"}
 
 
 def version(positive_type: str) -> str:
@@ -73,7 +69,7 @@ def data_sha256() -> dict[str, str]:
     """sha256 of each rule's data file, for the report."""
     structure = structure_rules().sha256
     return {RULE_REPLACE: positive_synonyms().sha256, RULE_SWAP: positive_swaps().sha256, RULE_CLAUSE: None,
-            RULE_SYMMETRIC: structure, RULE_CONVERSE: structure, RULE_VOICE: structure}
+            RULE_CONVERSE: structure, RULE_VOICE: structure}
 
 
 @dataclass
@@ -102,8 +98,6 @@ class RulePositives:
             found[RULE_SWAP] = swap_positives(doc, self.lexicon)
         if RULE_CLAUSE in self.positive_types:
             found[RULE_CLAUSE] = clause_positives(doc, self.lexicon, self.inflector)
-        if RULE_SYMMETRIC in self.positive_types:
-            found[RULE_SYMMETRIC] = symmetric_positives(doc, self.lexicon)
         if RULE_CONVERSE in self.positive_types:
             found[RULE_CONVERSE] = converse_positives(doc, self.lexicon, self.inflector)
         if RULE_VOICE in self.positive_types:

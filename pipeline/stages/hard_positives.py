@@ -4,7 +4,7 @@
   -> joined with the cache by key: hits answered from it, misses sent through RunInference -> validated -> rows
   or rejected dead letters (raw text and reason). The graph is stages/llm_rewrites.py's, which llm_negatives
   shares.
-- Rule types (rule_swap, rule_symmetric, rule_converse, rule_voice, rule_clause, rule_replace) applied to every
+- Rule types (rule_swap, rule_converse, rule_voice, rule_clause, rule_replace) applied to every
   caption (stages/rule_positives.py), validated the same way; no model.
 --positive_types picks them; by default the rules only, and the LLM's types first when an --llm_engine is given.
 With both, the LLM is asked only about the captions no rule covers (--llm_prompts=uncovered, the default): the

@@ -173,7 +173,7 @@ def draw(seed: int, example_id: str, positive_type: str, key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
-def threshold(item: dict, counts: dict, seed: int, balance: bool):
+def threshold(item: dict, counts: dict, seed: int, balance: bool = False):
     """((type, bin), 1) per type the caption has candidates for: the bin of the smallest allowance that would admit
     one of them (draw x applicability below it), on a log scale of ratio BIN_RATIO. The histogram says, for any
     allowance, how many captions would get a row: the allowance is then chosen against the rows it gives."""

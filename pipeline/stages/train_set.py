@@ -71,7 +71,8 @@ def negative_options(caption: str, positive: str, negatives: list[dict], order: 
     brings in ("man -> woman"), else None}. With from_positive, the caption's negatives carried over to the positive
     where that is sure (perturb/transfer.py): first an exchange (the positive's very words: only the structure
     differs), then the caption's own exchange where the positive keeps the caption's words, then each edit of the
-    types in `order`; last, and alone without from_positive, the first negative of `order` as written."""
+    first type of `order` the caption has; last, and alone without from_positive, that type's first negative as
+    written."""
     ranked = sorted((r for r in negatives if r["negative_type"] in order),
                     key=lambda r: (order.index(r["negative_type"]), r.get("negative_index", 0)))
     if not ranked:
@@ -89,8 +90,8 @@ def negative_options(caption: str, positive: str, negatives: list[dict], order: 
                 options.append(option(row, text, POSITIVE))
         if exchanges and same_words(caption, positive):
             options.append(option(exchanges[0], exchanges[0]["hard_negative"], CAPTION))
-        for row in ranked:
-            if row["negative_type"] in EDITS:
+        for row in ranked:  # the first type's edits: a later type is the user's fallback, not a preference
+            if row["negative_type"] in EDITS and row["negative_type"] == ranked[0]["negative_type"]:
                 text = transfer.edit_in(caption, row["hard_negative"], positive, row.get("atom"))
                 edit = transfer.edit_key(positive, text) if text is not None else None
                 if edit is not None:
