@@ -92,6 +92,8 @@ def _role_exchanges(doc, lexicon) -> list[str]:
         if not (living(subject, lexicon) and living(obj, lexicon)) or lexicon.noun_lemma(
                 subject.lower_, subject.tag_ == "NNS") == lexicon.noun_lemma(obj.lower_, obj.tag_ == "NNS"):
             continue
+        if any(c.dep_ == "prep" and c.lower_ == "of" for c in obj.children) and counted(obj) is obj:
+            continue  # "an older model of a smart phone": a thing's "of" phrase, not a person
         kinds = {_kind(subject, lexicon), _kind(obj, lexicon)}
         if len(kinds) != 1 and lemma not in rules.either_kind:
             continue  # "a man riding a horse" -> "a horse riding a man": not a scene a photo could show
@@ -113,7 +115,11 @@ def _object(doc, verb, lemma):
 
 
 def _kind(noun, lexicon) -> str:
-    return "person" if _class(counted(noun), lexicon) == "person" else "animal"
+    """"person" or "animal": by the noun's class, or by a compound before it that names an animal ("a bear cub")."""
+    noun = counted(noun)
+    if any(c.dep_ == "compound" and _class(c, lexicon) == "animal" for c in noun.lefts):
+        return "animal"
+    return "person" if _class(noun, lexicon) == "person" else "animal"
 
 
 def _class(noun, lexicon) -> str | None:
@@ -140,6 +146,21 @@ def _order_exchanges(doc, lexicon) -> list[str]:
     return texts
 
 
+# Sizes exchange only across the two ends of the scale ("a large dog and a small cat"): "large" and "big", "tall"
+# and "long" say much the same of two things, and "little room" is not a size.
+BIG = frozenset("big large huge giant tall long wide massive enormous thick fat".split())
+SMALL = frozenset("small tiny short narrow mini miniature thin skinny".split())
+
+
+def _contrast(a, b) -> bool:
+    """Two adjectives whose exchange changes what is said: two colours, two materials...; two sizes from the two
+    ends of the scale."""
+    classes = swap_rules().attribute_class
+    if "size" in classes.get(a.lower_, ()) and "size" in classes.get(b.lower_, ()):
+        return bool({a.lower_, b.lower_} & BIG and {a.lower_, b.lower_} & SMALL)
+    return True
+
+
 def _attribute_exchanges(doc, lexicon, corpus) -> list[str | None]:
     """"A white dog and a black cat" -> "A black dog and a white cat": two adjectives of one class on different
     things, each a plain word of its own (not "light blue", "lush green", "stainless steel"), and, given the input
@@ -147,17 +168,22 @@ def _attribute_exchanges(doc, lexicon, corpus) -> list[str | None]:
     rejects them without the photo)."""
     us = units(doc)
     return [_swap_token_units(us, a, b) for a, b in _attribute_pairs(doc)
-            if _plain_adjective(a, lexicon) and _plain_adjective(b, lexicon) and _said_of(a, b.head, corpus, lexicon)
+            if _contrast(a, b) and _plain_adjective(a, lexicon) and _plain_adjective(b, lexicon) and
+            _said_of(a, b.head, corpus, lexicon)
             and _said_of(b, a.head, corpus, lexicon)]
 
 
 def _plain_adjective(adjective, lexicon) -> bool:
     """An adjective of its own (no "light" blue, no "lush" green before it) and, on a food, a plant or a thing of no
     class, no name of a kind ("red wine", "green beans"); "a black cat" is a cat that is black."""
-    before = adjective.doc[adjective.i - 1] if adjective.i else None
+    doc = adjective.doc
+    before = doc[adjective.i - 1] if adjective.i else None
     named = _class(adjective.head, lexicon) in (None, "food", "plant") and \
         lexicon.is_multiword((adjective.lower_, adjective.head.lower_))
-    return not list(adjective.children) and not named and \
+    # right before its noun, or its noun's compounds ("a white fire hydrant"): not "a dark burgundy seat"
+    next_to_noun = adjective.head.i > adjective.i and all(
+        t.dep_ == "compound" and t.head.i == adjective.head.i for t in doc[adjective.i + 1:adjective.head.i])
+    return not list(adjective.children) and not named and next_to_noun and \
         (before is None or before.tag_ not in ("JJ", "JJR", "JJS", "RB", "NN"))
 
 

@@ -127,8 +127,8 @@ def related(doc, first: int, end: int, lexicon):
     if b_start != other.left_edge.i or not _opening(doc, a_start, lexicon) or _placed(doc, b_start, b_end) or \
             not all(t.i == thing.i or thing in t.ancestors for t in doc[a_start:a_end]):
         return None
-    if be is not None and be.i != a_end:
-        return None
+    if (be is not None and be.i != a_end) or doc[a_end - 1].tag_.startswith("RB"):
+        return None  # "A white bench just in front of": "just" is the relation's
     if not all(_phrase_ok(doc, noun, s, e, lexicon) for noun, s, e in ((thing, a_start, a_end),
                                                                       (other, b_start, b_end))):
         return None
@@ -215,7 +215,8 @@ def _pronoun(noun, relation: tuple[str, ...], holding: bool, lexicon) -> str | N
     kind = _class(noun, lexicon)
     holder = kind in rules.holder_classes or (kind is None and lexicon.noun_class_of(
         noun.lower_, noun.tag_ == "NNS") in UNCLASSED_HOLDERS)  # "a pizza crust", "a white surface"
-    if noun.lower_ in rules.not_grounds or (holding and (not holder or noun.lower_ in rules.not_holders)):
+    words = {noun.lower_, lexicon.noun_lemma(noun.lower_, noun.tag_ == "NNS") or noun.lower_}  # "skies" is "sky"
+    if words & rules.not_grounds or (holding and (not holder or words & rules.not_holders)):
         return None
     if holding and relation != ("in",) and ROOM in lexicon.hypernym_names(noun.lower_):
         return None  # "a bathroom with orange walls on it": a room holds things in it, not on it
@@ -408,6 +409,8 @@ def _place_of_with(doc, ground, with_, thing, lexicon) -> Candidate | None:
     sandwich" -> "A sandwich on a plate": the thing said where its holder is, nothing after it."""
     preposition = structure_rules().with_places.get(ground.lower_)
     t_start, t_end = with_.i + 1, thing.right_edge.i + 1
+    if any(t.dep_ in ("cc", "conj") for t in doc[:with_.i]):
+        return None  # "A kitchen counter and cabinetry with a large window": which one has it is not known
     if preposition is None or thing.left_edge.i != t_start or not _tail_ok(doc, t_end) or \
             not all(t.tag_ in NOUN_TAGS or t.tag_ in ("DT", "CD", "JJ", "CC", "PDT", ",") or t.dep_ in (
                 "amod", "compound", "nummod", "det", "cc", "conj", "punct") for t in doc[t_start:t_end]):
