@@ -1,6 +1,7 @@
 """What the full 591,753-caption training set costs: vCPU-hours, GPU-hours and an approximate Dataflow price.
 
     .venv/bin/python benchmarks/cost_model.py [--tokenizer PATH] [--full_size /tmp/hardpos-full/full_size.json]
+        [--rules_run DIR]
 
 Every figure is labelled measured or estimated:
 - prompts per caption and tokens per prompt are measured: our prompts (--prompt_set, --chat_format llama2, the
@@ -9,6 +10,9 @@ Every figure is labelled measured or estimated:
   is not Llama-2's; give Llama-2-70b-chat-hf's tokenizer.json for the real count);
 - output tokens are estimated from the captions' own length (a rewrite is about as long as its caption), with the
   prompts' max_new_tokens as the ceiling;
+- with --rules_run (a --stage=hard_positives or --stage=all run on the same captions with the rules only), the LLM
+  is asked only about the sampled captions no rule positive covers (--llm_prompts=uncovered, the default): the
+  figures per caption count no prompt for the others;
 - GPU throughput is not measured here (no GPU): vLLM's published offline throughput for Llama-2-70B, cited below;
 - CPU time is measured by benchmarks/full_size.py on this machine (its full_size.json);
 - prices are Apache Beam's own table of Dataflow's us-central1 batch prices
@@ -47,6 +51,9 @@ def load_tokenizer(path: str | None):
 
         tokenizer = Tokenizer.from_file(path)
         return lambda text: len(tokenizer.encode(text).ids), path
+    from pipeline.torchvision_compat import import_torchvision
+
+    import_torchvision()  # transformers imports it: a CUDA build of it on a CPU machine needs the shim first
     from transformers import AutoTokenizer
 
     if path is None or path.endswith(".gguf"):
@@ -88,6 +95,15 @@ def token_figures(count, captions: list[str], types: list[str], prompt_set: str,
     return figures
 
 
+def rule_covered(run: Path) -> set[int]:
+    """The caption ids with a rule positive in a run folder's hard_positives table."""
+    import pyarrow.parquet as pq
+
+    return {r["caption_id"] for path in sorted((run / "hard_positives").glob("*.parquet"))
+            for r in pq.read_table(path, columns=["caption_id", "positive_type"]).to_pylist()
+            if r["positive_type"].startswith("rule_")}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default=None)
@@ -98,18 +114,30 @@ def main(argv=None) -> int:
     parser.add_argument("--chat_format", default="llama2")
     parser.add_argument("--full_size", type=Path, default=Path("/tmp/hardpos-full/full_size.json"),
                         help="benchmarks/full_size.py's output (measured CPU time)")
+    parser.add_argument("--rules_run", type=Path, default=None,
+                        help="a rules-only run on --captions: its rule positives' captions get no LLM prompt")
     ns = parser.parse_args(argv)
     from apache_beam.testing.load_tests import dataflow_cost_consts as price
 
     annotations = json.loads(ns.captions.read_text())["annotations"]
-    sample = [a["caption"].strip() for a in random.Random(0).sample(annotations, min(ns.sample, len(annotations)))]
+    drawn = random.Random(0).sample(annotations, min(ns.sample, len(annotations)))
+    sample = [a["caption"].strip() for a in drawn]
     count, tokenizer_name = load_tokenizer(ns.tokenizer)
-    tokens = token_figures(count, sample, ns.positive_types.split(","), ns.prompt_set, ns.chat_format)
+    asked = sample
+    if ns.rules_run is not None:
+        covered = rule_covered(ns.rules_run)
+        asked = [a["caption"].strip() for a in drawn if a["id"] not in covered]
+        print(f"--rules_run: {len(sample) - len(asked):,} of the {len(sample):,} sampled captions have a rule "
+              f"positive ({1 - len(asked) / len(sample):.1%}): the LLM is asked about the other {len(asked):,}")
+    tokens = token_figures(count, asked, ns.positive_types.split(","), ns.prompt_set, ns.chat_format)
+    share = len(asked) / len(sample)  # prompts per caption of the whole corpus: none for a covered caption
+    tokens["per_caption"] = {k: round(v * share, 2) for k, v in tokens["per_caption"].items()}
+    tokens["asked_share"] = round(share, 4)
     per = tokens["per_caption"]
     print(f"tokenizer: {tokenizer_name}\nmeasured on {len(sample):,} val2017 captions "
           f"({ns.prompt_set} prompts, {ns.chat_format} chat format):")
     for kind, t in tokens["types"].items():
-        print(f"  {kind}: asked for {t['share_of_captions']:.1%} of captions, prompt tokens mean "
+        print(f"  {kind}: asked for {t['share_of_captions']:.1%} of the captions asked about, prompt tokens mean "
               f"{t['prompt_tokens_mean']} (p95 {t['prompt_tokens_p95']}); output tokens estimated "
               f"{t['output_tokens_mean_estimate']} (ceiling {t['max_new_tokens']})")
     total_low = CAPTIONS * (per["prompt_tokens"] + per["output_tokens_low"])

@@ -10,8 +10,9 @@
 3. --sheet: per negative type the train table uses, the first --per_type rows (every row, for a type with fewer) of
    captions drawn with random.Random(--sample_seed) among those no file in benchmarks/judged/ holds, each shown as
    the text the negative is a change of (the positive where negative_source is hard_positive, else the caption)
-   and the negative; shuffled with CONTROLS rule hard positives of other captions (true rewrites: a strict reader
-   finds they do not contradict). The key (types, ids) goes beside the sheet, never to a reader.
+   and the negative; a type the train table holds too few of (exchange) is made up to --per_type with the
+   caption's own negatives of the type (train_negatives, as written, any rank); shuffled with CONTROLS rule hard
+   positives of other captions (true rewrites: a strict reader finds they do not contradict). The key (types, ids) goes beside the sheet, never to a reader.
 4. The blind reads, benchmarks/judged/train_negatives_reader*.jsonl: per reader and type, the share read as fluent
    (natural English), contradicts (a different scene: false of any photo the text describes; a paraphrase, a
    near-synonym or an impossible scene fails), minimal (one small change); valid = all three. Target 80% per type.
@@ -107,10 +108,11 @@ def sample(train: list[dict], negatives: list[dict], positives: list[dict], seed
                     "text": r["hard_positive"] if r["negative_source"] == "hard_positive" else r["caption"],
                     "negative": r["hard_negative"]} for r in of_type]
     taken = {r["caption_id"] for r in picked} | seen
-    # the train table carries few exchanges: the caption's own exchanges (negatives table, as written) make the read
-    # of the type up to per_type rows, reported apart
-    exchanges = [r for r in negatives if r["negative_type"] == "exchange" and r["negative_index"] == 0 and
-                 r["caption_id"] not in taken]
+    # the train table carries few exchanges: the caption's own exchanges (negatives table, as written, any rank, of
+    # captions an earlier read may have judged for another negative) make the read of the type up to per_type rows,
+    # reported apart
+    picked_ids = {r["caption_id"] for r in picked}
+    exchanges = [r for r in negatives if r["negative_type"] == "exchange" and r["caption_id"] not in picked_ids]
     random.Random(seed + 3).shuffle(exchanges)
     missing = per_type - sum(r["kind"] == "exchange" for r in picked)
     picked += [{"kind": "exchange", "negative_source": "negatives_table", "positive_type": None,
