@@ -49,8 +49,13 @@ RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_CONVERSE, RULE_VOICE, RULE_CLAUSE, RULE_R
 # inside a place ("next to a bar and a blue table"), none after a participle that may be both's ("has fried eggs
 # and hash browns"), no "one" that refers back. clause/1: new; round 7's failure ("we are looking" -> "we look":
 # a pronoun subject) went.
-# converse/1, voice/1: new (data/structure.json).
-VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 1, RULE_CONVERSE: 1, RULE_VOICE: 1}
+# converse/1, voice/1: new (data/structure.json), read in round 8 (judged/rule_positives_v8_*). converse/2, voice/2
+# from its failures: no photo frame ("a close up of X" would frame another thing), a consumption said in progress
+# ("a pizza being eaten by"), no skis ridden, nothing after the agent that was the object's ("in the sky") or no one's
+# ("behind", "overhead"), no "one of them" subject, no plural thing on plural holders ("two sandwiches on two
+# plates") or personal gear ("four persons on the skate board"), "toilet"/"board" no holders of what they are "with",
+# no ground "the ground", no "walking around it", no order-free exchange of a list.
+VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 1, RULE_CONVERSE: 2, RULE_VOICE: 2}
 # The validation each rule's output must pass: the LLM positive type it stands for (clause: none stands for it; its
 # own check, OWN_CHECKS, that the words are the caption's, each in some form, but for "is", "there", "with").
 VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap", RULE_CLAUSE: None, RULE_CONVERSE: None,
