@@ -52,7 +52,7 @@ JUDGED = REPO / "benchmarks" / "judged"
 
 def run_stage(captions: str, output_dir: str) -> None:
     cmd = [sys.executable, "-m", "pipeline.run", "--stage=all", f"--coco_captions={captions}",
-           f"--output_dir={output_dir}", "--progress_seconds=0"]
+           f"--output_dir={output_dir}", "--progress_seconds=0", "--runner=DirectRunner"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -11,48 +11,34 @@
    captions drawn with random.Random(--sample_seed) among those no file in benchmarks/judged/ holds, each shown as
    the text the negative is a change of (the positive where negative_source is hard_positive, else the caption)
    and the negative; a type the train table holds too few of (exchange) is made up to --per_type with the
-   caption's own negatives of the type (train_negatives, as written, any rank); shuffled with CONTROLS rule hard
-   positives of other captions (true rewrites: a strict reader finds they do not contradict). The key (types, ids) goes beside the sheet, never to a reader.
-4. The blind reads, benchmarks/judged/train_negatives_round*_reader*.jsonl: per reader and type, the share read as fluent
-   (natural English), contradicts (a different scene: false of any photo the text describes; a paraphrase, a
+   caption's own negatives of the type (train_negatives, as written, any rank); with --calibration_dir, also
+   CALIBRATION train rows of another version's run; shuffled with CONTROLS rule hard positives of other captions
+   (true rewrites: a strict reader finds they do not contradict). The key (types, ids) goes beside the sheet,
+   never to a reader.
+4. The blind reads, benchmarks/judged/train_negatives_round*_reader*.jsonl: per reader and type, the share read as
+   fluent (natural English), contradicts (a different scene: false of any photo the text describes; a paraphrase, a
    near-synonym or an impossible scene fails), minimal (one small change); valid = all three. Target 80% per type.
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 import random
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.rule_positives import run_stage, table_rows  # noqa: E402  (`--stage=all` with its defaults)
 from pipeline.checks import separability  # noqa: E402
 
 JUDGED = REPO / "benchmarks" / "judged"
 SAMPLE_SEED, PER_TYPE, CONTROLS, CALIBRATION = 2041, 120, 30, 60
 LABELS = ("fluent", "contradicts", "minimal")
 TARGET = 0.80
-
-
-def run_stage(captions: str, output_dir: str) -> None:
-    cmd = [sys.executable, "-m", "pipeline.run", "--stage=all", f"--coco_captions={captions}",
-           f"--output_dir={output_dir}", "--progress_seconds=0", "--runner=DirectRunner"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-
-
-def table_rows(output_dir: str, table: str) -> list[dict]:
-    return [r for p in sorted(glob.glob(os.path.join(output_dir, table, "*.parquet")))
-            for r in pq.read_table(p).to_pylist()]
 
 
 def scores(rows: list[dict]) -> dict[str, float]:
@@ -70,7 +56,8 @@ def scores(rows: list[dict]) -> dict[str, float]:
 def triple_figures(output_dir: str, train: list[dict]) -> None:
     section = json.loads(Path(output_dir, "report.json").read_text())["tables"]["train"]
     triples = section["triples"]
-    print(f"train: {section['rows']:,} triples of {section['read']:,} captions ({section['rows'] / section['read']:.1%})")
+    rows, read = section["rows"], section["read"]
+    print(f"train: {rows:,} triples of {read:,} captions ({rows / read:.1%})")
     print(f"  negative made from the positive: {triples['negative_from_positive']:,} "
           f"({triples['share_negative_from_positive']:.1%}); the positive's very words (structure only): "
           f"{triples['same_words']:,} ({triples['share_same_words']:.2%}); picked: {triples['picked']}")
@@ -191,8 +178,8 @@ def main() -> None:
     triple_figures(args.output_dir, train)
     if args.sheet:
         calibration = table_rows(args.calibration_dir, "train") if args.calibration_dir else None
-        rows = sample(train, table_rows(args.output_dir, "train_negatives"), table_rows(args.output_dir, "hard_positives"),
-                      args.sample_seed, args.per_type, calibration)
+        rows = sample(train, table_rows(args.output_dir, "train_negatives"),
+                      table_rows(args.output_dir, "hard_positives"), args.sample_seed, args.per_type, calibration)
         write_sheet(args.sheet, rows, args.sample_seed)
     current = {(r["caption_id"], r["hard_negative"]) for r in train} | \
         {(r["caption_id"], r["hard_negative"]) for r in table_rows(args.output_dir, "train_negatives")}
