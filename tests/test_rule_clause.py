@@ -94,6 +94,7 @@ FRAMED = [  # a caption that opens with a photo frame, a rewrite inside the fram
     ("A black and white photo of two men on a bench", "A black and white photo of two men who are on a bench"),
     ("An image showing a bus parked on the street.", "An image showing a bus that is parked on the street."),
     ("This is a picture of a table that has bananas on it", "This is a picture of a table with bananas on it"),
+    ("A snapshot of a jet fighter flying through the sky", "A snapshot of a jet fighter that is flying through the sky"),
 ]
 
 FRAMED_NOT = [  # a framed caption, a rewrite it must not offer, why
@@ -104,6 +105,19 @@ FRAMED_NOT = [  # a framed caption, a rewrite it must not offer, why
                                                                                          "of the whole scene")),
     ("A man taking a picture of a dog sitting on a bench", ("A man taking a picture of a dog that is sitting on a "
                                                             "bench"), "the photo is a thing in the scene"),
+    # round 10 readers' failures
+    ("A snapshot of a jet fighter flying through the sky", "A snapshot of a jet fighter who is flying through the sky",
+     "'who' for a word that may name a machine"),
+    ("An image of a black bear cub walking down a hill", "An image of a black bear cub who is walking down a hill",
+     "'who' for a word that may name an animal"),
+    ("An image of a herd of cows grazes in a field near a river.",
+     "An image of a herd of cows grazes in a field that are near a river.", "the place would follow the field"),
+    ("A photo of a little grey and white bird standing on a beach.",
+     "A photo of a little grey and white bird that are standing on a beach.", "a colour the parser took for a noun"),
+    ("A black and white image of a city street in the 1950s.",
+     "A black and white image of a city street that is in the 1950s.", "a time is no place"),
+    ("An image showing a smart phone at different angles.",
+     "An image showing a smart phone that is at different angles.", "an angle is no place"),
 ]
 
 

@@ -22,7 +22,7 @@ from collections import Counter
 
 from pipeline.perturb.candidates import Candidate
 from pipeline.perturb.frames import frame_link
-from pipeline.perturb.lexicon import kind_of
+from pipeline.perturb.lexicon import COLOURS, kind_of
 from pipeline.perturb.substitution import stem, words
 from pipeline.perturb.text import match_case
 
@@ -51,6 +51,15 @@ AMBIGUOUS_NUMBER = frozenset("""group groups couple pair pairs bunch herd herds 
 number few dozen set sets variety assortment array collection pile stack row line fleet cluster family""".split())
 FRAMES = frozenset("picture photo photograph image view shot closeup close snapshot scene display".split())
 VEHICLE_SYNSETS = frozenset({"vehicle.n.01", "craft.n.02", "conveyance.n.03"})
+# A colour the parser took for the noun: "a grey and white bird" is one bird, not "grey" and "bird".
+COLOUR_NOUNS = frozenset(COLOURS) | {"grey", "tan", "beige"}
+# Objects of a preposition that are no place a thing is in ("a street in the 1950s", "a phone at different
+# angles", "a player in action"): "a street that is in the 1950s" reads as nonsense (round 10 readers).
+NOT_PLACES = frozenset({"noun.time", "noun.shape", "noun.attribute", "noun.act", "noun.event", "noun.state",
+                        "noun.feeling", "noun.cognition", "noun.communication", "noun.relation", "noun.quantity",
+                        "noun.process", "noun.motive"})
+# Senses that make "who" wrong for a word whose first sense is a person ("a jet fighter", "a bear cub").
+NOT_PERSON_KINDS = frozenset({"noun.animal", "noun.artifact"})
 # Prepositions of place: "A cat on a couch" says where the cat is, as "A cat is on a couch" does ("A kitchen
 # with a stove" is not "A kitchen is with a stove").
 PLACES = frozenset("""in on at near under beside behind above below inside outside atop beneath underneath among
@@ -157,7 +166,7 @@ def _number(subject, until: int) -> str | None:
         counted = [o for p in subject.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
                    if o.dep_ == "pobj"]
         return "are" if len(counted) == 1 and counted[0].tag_ == "NNS" else None
-    if subject.lower_ in AMBIGUOUS_NUMBER:
+    if subject.lower_ in AMBIGUOUS_NUMBER or subject.lower_ in COLOUR_NOUNS:
         return None
     conjuncts = [c for c in subject.children if c.dep_ == "conj" and c.i < until]
     if conjuncts:  # "a man and a woman riding"; not "a man wearing glasses and a tie"
@@ -226,7 +235,12 @@ def _progressive_from_simple(doc, verb, lexicon, inflector) -> Candidate | None:
 
 
 def _relative_pronoun(noun, lexicon) -> str:
-    return "who" if kind_of(noun, lexicon) == "noun.person" else "that"
+    """"who" for a person, "that" for the rest and wherever the noun may be something else too."""
+    if kind_of(noun, lexicon) != "noun.person" or any(c.dep_ == "compound" for c in noun.children):
+        return "that"
+    lemma = lexicon.noun_lemma(noun.lower_, noun.tag_ == "NNS") or noun.lower_
+    senses = lexicon.wn.synsets(lemma, "n")[:3]
+    return "that" if any(s.lexname() in NOT_PERSON_KINDS for s in senses) else "who"
 
 
 def _sentence_from_participle(doc, noun, lexicon, relative: str | None = None) -> Candidate | None:
@@ -284,6 +298,8 @@ def _place_of(noun):
     before = [c for c in noun.rights if c.i < place.i and c.dep_ == "prep" and c.lower_ == "of"]
     if place.i != (before[-1].right_edge.i if before else noun.i) + 1:
         return None  # "A zebra playing on a field": something the parser left out stands before the place
+    if before and any(t.dep_ == "prep" and t.i != before[-1].i for t in before[-1].subtree):
+        return None  # "a herd of cows grazes in a field near a river": the place would follow the field
     objects = [c for c in place.children if c.dep_ == "pobj"]
     if len(objects) != 1 or objects[0].tag_ not in ("NN", "NNS", "NNP", "PRP"):
         return None
@@ -303,6 +319,9 @@ def _sentence_from_place(doc, noun, lexicon, relative: str | None = None) -> Can
     place = _place_of(noun)
     number = _number(noun, len(doc))
     if place is None or number is None or doc[place.i - 1].is_punct:
+        return None
+    where = next(c for c in place.children if c.dep_ == "pobj")
+    if where.like_num or where.text[:1].isdigit() or kind_of(where, lexicon) in NOT_PLACES:
         return None
     return _replaced(doc, place.i, place.i + 1, " ".join(filter(None, (relative, number, place.text))))
 
