@@ -118,6 +118,19 @@ FRAMED_NOT = [  # a framed caption, a rewrite it must not offer, why
      "A black and white image of a city street that is in the 1950s.", "a time is no place"),
     ("An image showing a smart phone at different angles.",
      "An image showing a smart phone that is at different angles.", "an angle is no place"),
+    # round 11 readers' failures
+    ("A close up of three people are kicking around an orange ball.",
+     "A close up of three people kick around an orange ball.", "a close shot, whatever its parse"),
+    ("A scene of a loaf of bread hits on top of an oven.", "A scene of a loaf of bread hits that is on top of an oven.",
+     "the verb would follow a noun of another number"),
+    ("A picture of a guy in a green shirt holding his cell phone.",
+     "A picture of a guy in a green shirt that is holding his cell phone.", "the shirt would hold the phone"),
+    ("A view of a person on skis standing at a finish line.",
+     "A view of a person on skis that is standing at a finish line.", "the skis would stand"),
+    ("The man in the picture is wearing a stylish kilt.", "The man in the picture wearing a stylish kilt.",
+     "a fragment names a thing anew"),
+    ("A view of a hotel room with balcony and lovely view", "A view of a hotel room that has balcony and lovely view",
+     "'with' shorthand is no object of 'has'"),
 ]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pipeline.perturb.candidates import Candidate
-from pipeline.perturb.frames import frame_link
+from pipeline.perturb.frames import CLOSE, frame_link
 from pipeline.perturb.lexicon import COLOURS, kind_of
 from pipeline.perturb.substitution import stem, words
 from pipeline.perturb.text import match_case
@@ -64,6 +64,7 @@ NOT_PERSON_KINDS = frozenset({"noun.animal", "noun.artifact"})
 # with a stove" is not "A kitchen is with a stove").
 PLACES = frozenset("""in on at near under beside behind above below inside outside atop beneath underneath among
 between along across around over by against alongside""".split())
+DEFINITE = frozenset({"the", "this", "that", "these", "those"})
 # Determiners of a thing not yet named, which "there is" introduces.
 INDEFINITE = frozenset({"a", "an", "some", "two", "three", "four", "five", "six", "several", "many", "few"})
 PLACE_PRONOUNS = frozenset({"it", "them"})
@@ -74,7 +75,7 @@ def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Ca
     the scene of a photo frame ("A photo of <a man riding a horse>"), which must stay a noun phrase: a participle or
     a place becomes a relative clause ("a man who is riding a horse"), not a sentence."""
     roots = [t for t in doc if t.dep_ == "ROOT"]
-    if not in_frame and frame_link(doc, close_shots=True) is not None:
+    if not in_frame and (frame_link(doc, close_shots=True) is not None or _close_shot(doc)):
         return []  # a frame whose scene is no noun phrase ("a photo of a man is riding"), or a close shot
     if len(roots) != 1 or any(t.dep_ == "neg" or t.tag_ == "MD" for t in doc):
         return []
@@ -96,6 +97,11 @@ def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Ca
     elif root.tag_ in ("VBZ", "VBP"):
         found += [_progressive_from_simple(doc, root, lexicon, inflector)]
     return [c for c in found if c is not None]
+
+
+def _close_shot(doc) -> bool:
+    """"A close up of three people are kicking ...", whatever the parser made of it."""
+    return any(t.lower_ in CLOSE for t in doc[:4]) and any(t.lower_ == "of" for t in doc[:5])
 
 
 def _replaced(doc, start: int, end: int, new: str) -> Candidate | None:
@@ -218,6 +224,8 @@ def _participle_from_sentence(doc, verb) -> Candidate | None:
         return None  # "A ball is thrown ..." -> "A ball thrown ..." reads as a fragment of another sentence
     if not any(t.is_alpha for t in doc[verb.i + 1:]):
         return None  # "A train is displayed." -> "A train displayed." reads as the past of a sentence cut short
+    if doc[0].lower_ in DEFINITE:
+        return None  # a fragment names a thing anew: "The man in the picture wearing a kilt" reads cut short
     return _replaced(doc, aux.i, verb.i + 1, verb.text)
 
 
@@ -276,6 +284,8 @@ def _is_before_participle(doc, noun, verb, lexicon, relative: str | None = None)
         return None
     if verb.tag_ == "VBN" and any(c.tag_ == "VBG" for c in verb.subtree):
         return None  # "a player dressed in black returning the ball": the second participle is the act
+    if relative == "that" and verb.i != noun.i + 1:
+        return None  # "a guy in a green shirt that is holding a phone": the shirt would hold it
     if verb.tag_ == "VBN":
         if verb.lower_ not in STATE_PARTICIPLES:
             return None
@@ -323,6 +333,10 @@ def _sentence_from_place(doc, noun, lexicon, relative: str | None = None) -> Can
     where = next(c for c in place.children if c.dep_ == "pobj")
     if where.like_num or where.text[:1].isdigit() or kind_of(where, lexicon) in NOT_PLACES:
         return None
+    counted = [o for p in noun.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
+               if o.dep_ == "pobj"]
+    if counted and {"NN": "is", "NNS": "are"}.get(counted[-1].tag_) != number:
+        return None  # "a loaf of bread hits that is on top": the verb after a noun of another number
     return _replaced(doc, place.i, place.i + 1, " ".join(filter(None, (relative, number, place.text))))
 
 
@@ -429,6 +443,9 @@ def _relative_from_with(doc, root, lexicon) -> Candidate | None:
         return None
     if kind_of(root, lexicon) not in ("noun.artifact", "noun.food", "noun.location", "noun.object"):
         return None
+    if any(o.tag_ == "NN" and not any(c.dep_ in ("det", "poss", "nummod") for c in o.children)
+           for o in rights[0].children if o.dep_ == "pobj"):
+        return None  # "a room with balcony" is a caption's shorthand; "a room that has balcony" is an error
     number = _number(root, len(doc))
     if number is None:
         return None
