@@ -58,6 +58,11 @@ COLOUR_NOUNS = frozenset(COLOURS) | {"grey", "tan", "beige"}
 NOT_PLACES = frozenset({"noun.time", "noun.shape", "noun.attribute", "noun.act", "noun.event", "noun.state",
                         "noun.feeling", "noun.cognition", "noun.communication", "noun.relation", "noun.quantity",
                         "noun.process", "noun.motive"})
+# Things that show another thing: "a portrait of a teen in coat and tie".
+DEPICTIONS = frozenset("""portrait poster statue painting drawing sketch picture photo photograph image print mural
+sculpture figurine figure model replica reflection silhouette shadow illustration cartoon sign logo view scene shot
+snapshot display photos pictures images""".split())
+DEPICTION_SYNSETS = frozenset({"art.n.01", "picture.n.01"})
 # Senses that make "who" wrong for a word whose first sense is a person ("a jet fighter", "a bear cub").
 NOT_PERSON_KINDS = frozenset({"noun.animal", "noun.artifact"})
 # Prepositions of place: "A cat on a couch" says where the cat is, as "A cat is on a couch" does ("A kitchen
@@ -97,6 +102,14 @@ def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Ca
     elif root.tag_ in ("VBZ", "VBP"):
         found += [_progressive_from_simple(doc, root, lexicon, inflector)]
     return [c for c in found if c is not None]
+
+
+def _depiction_of(noun, until: int, lexicon) -> bool:
+    """The noun shows the thing of its "of" phrase before token `until` ("a statue of a man on a horse"): what
+    follows may be said of either."""
+    if not any(c.dep_ == "prep" and c.lower_ == "of" and c.i < until for c in noun.children):
+        return False
+    return noun.lower_ in DEPICTIONS or bool(lexicon.hypernym_names(noun.lemma_.lower()) & DEPICTION_SYNSETS)
 
 
 def _close_shot(doc) -> bool:
@@ -282,8 +295,10 @@ def _is_before_participle(doc, noun, verb, lexicon, relative: str | None = None)
     if number is None or doc[verb.i - 1].tag_.startswith("RB") or doc[verb.i - 1].is_punct or \
             not _one_clause(doc, verb):
         return None
-    if verb.tag_ == "VBN" and any(c.tag_ == "VBG" for c in verb.subtree):
-        return None  # "a player dressed in black returning the ball": the second participle is the act
+    if any(c.i != verb.i and c.tag_ in ("VBG", "VBN") and c.dep_ != "amod" for c in verb.subtree):
+        return None  # "a player dressed in black returning the ball", "a boy wearing a mitt holding a ball"
+    if any(t.lower_ == "with" for t in doc[noun.i + 1:verb.i]) or _depiction_of(noun, verb.i, lexicon):
+        return None  # "a room with pictures mounted on the wall": the pictures are mounted, not the room
     if relative == "that" and verb.i != noun.i + 1:
         return None  # "a guy in a green shirt that is holding a phone": the shirt would hold it
     if verb.tag_ == "VBN":
@@ -330,9 +345,12 @@ def _sentence_from_place(doc, noun, lexicon, relative: str | None = None) -> Can
     number = _number(noun, len(doc))
     if place is None or number is None or doc[place.i - 1].is_punct:
         return None
-    where = next(c for c in place.children if c.dep_ == "pobj")
-    if where.like_num or where.text[:1].isdigit() or kind_of(where, lexicon) in NOT_PLACES:
-        return None
+    wheres = [o for p in [place, *place.rights, *(c for c in noun.rights if c.i > place.i)] if p.dep_ == "prep"
+              for o in p.children if o.dep_ == "pobj"]
+    if any(w.like_num or w.text[:1].isdigit() or kind_of(w, lexicon) in NOT_PLACES for w in wheres):
+        return None  # "horses on the beach on a clear day": a time after the place
+    if _depiction_of(noun, place.i, lexicon):
+        return None  # "a portrait of a teen in coat and tie": the teen is in them, not the portrait
     counted = [o for p in noun.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
                if o.dep_ == "pobj"]
     if counted and {"NN": "is", "NNS": "are"}.get(counted[-1].tag_) != number:
