@@ -139,8 +139,8 @@ FRAMED_NOT = [  # a framed caption, a rewrite it must not offer, why
 ]
 
 NO_CLAUSE_FORM = [  # a caption, a rewrite it must not offer, why (round 12 readers)
-    ("A pastel green room with pictures mounted on the wall.", "A pastel green room with pictures is mounted on the "
-     "wall.", "the pictures are mounted, not the room"),
+    ("A pastel green room with pictures mounted on the wall.",
+     "A pastel green room with pictures is mounted on the wall.", "the pictures are mounted, not the room"),
     ("A photograph portrait of a male teen in coat and tie.", "A photograph portrait of a male teen is in coat and tie.",
      "the teen wears them, not the portrait"),
     ("A statue of a man on a horse", "A statue of a man is on a horse", "the man is on the horse"),
