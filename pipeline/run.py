@@ -79,8 +79,8 @@ from pipeline.options import (
     unknown_flags,
 )
 from pipeline.provenance import build_info
-from pipeline.sources import vl_checklist
-from pipeline.sources.files import InputFileError, input_record
+from pipeline.sources import corpus, vl_checklist
+from pipeline.sources.files import INPUT_PROBLEM, InputFileError, input_record
 from pipeline.stages import (
     all_stages,
     eval_sets,
@@ -97,6 +97,7 @@ STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eva
           "images": images, "publish": publish}
 # Stages that are not Beam graphs (file arrangement, img2dataset) expose run_stage(options, opts) -> report,
 # where the report carries "report_path" (where it was written).
+INPUT_PROBLEMS = "input_problems"  # report.json: inputs that were not what the run planned (it failed)
 
 
 def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
@@ -187,6 +188,9 @@ def _write_report(counts: dict, staging: str, target: str, stage: str, opts: Har
         "inputs": stage_inputs,
         "tables": tables,
     }
+    problems = sorted(key[1] for key in counts if key[0] == INPUT_PROBLEM)
+    if problems:  # inputs that were not what the run planned: the run fails naming them (_run_stage)
+        report[INPUT_PROBLEMS] = problems
     write_json(FileSystems.join(staging, REPORT_FILE), report)
 
 
@@ -229,9 +233,9 @@ class RunFailed(Exception):
     """The pipeline ran, but its result must not replace the earlier one; the message is one line, `report` the
     stage's report when there is one (its summary says what went wrong)."""
 
-    def __init__(self, message: str, report: dict | None = None):
+    def __init__(self, message: str, report: dict | None = None, code: int = 1):
         super().__init__(message)
-        self.report = report
+        self.report, self.code = report, code
 
 
 def run(options: PipelineOptions, opts: HardposOptions) -> dict:
@@ -245,7 +249,9 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
     target = opts.output_dir
-    with FolderLock(target, opts.stage):
+    # one listing of the corpus for the whole run (every stage of a chain): what made_from fingerprints is what the
+    # workers read, and they check it
+    with FolderLock(target, opts.stage), corpus.one_plan():
         staging = None
         try:
             for line in recover(target):
@@ -299,15 +305,21 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
               if getattr(opts, name)}
     report = _run_into(staging, target, options, opts, inputs, input_record(_input_files(opts), opts), read_from)
     # An input shard that was not the file its report recorded explains the rows missing from the counts.
-    problem = [line for t in report["tables"].values() for line in t.get("changed_inputs", [])] or \
-        ([] if report_balanced(report) else ["counts do not add up (read != rows + discarded + rejected)"])
+    # An input that was not what the run planned (a corpus file changed meanwhile) is the input's fault, as a
+    # missing file is: exit 2.
+    code = 2 if report.get(INPUT_PROBLEMS) else 1
+    problem = report.get(INPUT_PROBLEMS, []) + \
+        [line for t in report["tables"].values() for line in t.get("changed_inputs", [])]
+    problem = problem or ([] if report_balanced(report) else
+                          ["counts do not add up (read != rows + discarded + rejected)"])
     failed = failed_requests(report, opts.max_failed_fraction)
     if failed:
         problem.append(failed)
     if not problem and not opts.allow_empty:
         problem = empty_tables(report)
     if problem:
-        raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report)
+        raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report,
+                        code)
     return report
 
 
@@ -365,7 +377,11 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
     try:
         pipeline = beam.Pipeline(options=options)
         with spill.spilling(folder):
-            (stage.build(pipeline, opts)
+            counts = stage.build(pipeline, opts)
+            problems = corpus.input_problems(pipeline)
+            if problems:
+                counts = (counts, *problems) | "WithInputProblems" >> beam.Flatten()
+            (counts
              | "SumCounts" >> beam.CombineGlobally(SumCounts())
              | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs, made_from))
         # The local runners run to the end inside run(), while the printer's thread reports; remote runners
@@ -489,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                 if e.report:
                     print(format_summary(e.report))
                 print(f"error: {e}", file=sys.stderr)
-                return 1
+                return e.code
             finished = True
             return _print_result(report, opts, started)
         except BaseException as e:  # a signal's KeyboardInterrupt, or whatever Beam made of it
