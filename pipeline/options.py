@@ -128,7 +128,8 @@ def _flags_what_to_run(group) -> None:
                        help="Folder for the big intermediate data of a run on the local runner (rows on their way "
                             "to their shards, groupings, captions waiting on the corpus statistics), written to "
                             "files instead of held by the runner, so memory stays flat as the input grows (default: "
-                            "a temporary folder; removed after the run; about 1 KB of disk per caption; off: the "
+                            "a temporary folder; removed after the run, or by the next run after a run that was "
+                            "killed; about 1 KB of disk per caption; off: the "
                             "runner's own shuffles, in memory). With Dask, a folder every worker shares turns it on.")
 
 

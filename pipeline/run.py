@@ -124,10 +124,32 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         if runner_path(options.view_as(StandardOptions).runner) not in (LOCAL_RUNNER, FIXED_DASK):
             raise UsageError(f"--spill_dir is for the local runner and Dask; --runner="
                              f"{options.view_as(StandardOptions).runner} shuffles without it")
-        if os.path.exists(opts.spill_dir) and not os.path.isdir(opts.spill_dir):
-            raise UsageError(f"--spill_dir={opts.spill_dir}: not a folder")
+        problem = folder_problem(opts.spill_dir)
+        if problem:
+            raise UsageError(f"--spill_dir={opts.spill_dir}: {problem}")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why a local folder can neither be used nor made (checked before any work): a file in its place or above it,
+    a name longer than the file system takes, no right to write where it would be made; None otherwise."""
+    path = os.path.abspath(folder)
+    if len(os.fsencode(path)) >= os.pathconf("/", "PC_PATH_MAX"):
+        return f"its path is longer than {os.pathconf('/', 'PC_PATH_MAX'):,} bytes"
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "not a folder" if existing == path else f"{existing} is not a folder"
+    longest = os.pathconf(existing, "PC_NAME_MAX")
+    below = os.path.relpath(path, existing).split(os.sep) if existing != path else []
+    too_long = next((name for name in below if len(os.fsencode(name)) > longest), None)
+    if too_long:
+        return f"the name {too_long[:40]}... is longer than {longest} bytes, what the file system takes"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot write in {existing}"
+    return None
 
 
 def _resolve_defaults(opts: HardposOptions) -> None:
@@ -412,9 +434,13 @@ def _spill_folder(opts: HardposOptions, options: PipelineOptions) -> str | None:
     runner = runner_path(options.view_as(StandardOptions).runner)
     if runner != LOCAL_RUNNER and not (runner == FIXED_DASK and opts.spill_dir):
         return None
-    if opts.spill_dir:
-        os.makedirs(opts.spill_dir, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f"hardpos-spill-{opts.stage}-", dir=opts.spill_dir or None)
+    try:
+        if opts.spill_dir:
+            os.makedirs(opts.spill_dir, exist_ok=True)
+        return spill.make_folder(opts.spill_dir, opts.stage)
+    except OSError as e:
+        where = f"--spill_dir={opts.spill_dir}" if opts.spill_dir else f"the temporary folder {tempfile.gettempdir()}"
+        raise UsageError(f"{where}: cannot make a spill folder there ({e.strerror or e})") from None
 
 
 def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple] | None:

@@ -7,9 +7,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -408,3 +410,41 @@ def test_n49_a_parquet_file_of_one_row_groups_is_read_in_few_units(tmp_path, mon
     assert len(units) == 1
     positions = [i for u in units for i, _ in corpus._raw_records(u, corpus.Columns())]
     assert positions == list(range(5_000)) and len(opened) == 1
+
+
+# ------------------------------------------------------------------------------------------------ spill folders
+
+@pytest.mark.parametrize("spill", ["file", "long"])
+def test_n17_a_spill_dir_that_cannot_be_a_folder_is_one_line(tmp_path, capsys, spill):
+    """--spill_dir through a regular file (ENOTDIR) or with a 300-character name: a 25-line traceback on
+    46709a5; now one line before any work."""
+    (tmp_path / "c.jsonl").write_text(json.dumps(rows(1)[0]) + "\n")
+    (tmp_path / "a_file").write_text("")
+    folder = tmp_path / "a_file" / "spill" if spill == "file" else tmp_path / ("s" * 300)
+    assert run(tmp_path / "out", f"--captions={tmp_path}/c.jsonl", f"--spill_dir={folder}") == 2
+    line = one_error(capsys)
+    assert line.startswith(f"error: --spill_dir={folder}: ") and \
+        ("a_file is not a folder" if spill == "file" else "longer than 255 bytes") in line
+
+
+def test_n18_a_killed_runs_spill_folder_is_removed_by_the_next_run(tmp_path):
+    """A SIGKILLed run's spill folder stayed forever on 46709a5 (GBs at CC3M's size). Each run holds a lock in
+    its folder; a later run removes the folders whose lock is free."""
+    pq.write_table(pa.Table.from_pylist([{**r, "key": f"k{i:04d}"} for i, r in enumerate(rows(10) * 30)]),
+                   tmp_path / "c.parquet")
+    spill_root = tmp_path / "spill"
+    argv = [sys.executable, "-m", "pipeline.run", "--stage=train_negatives", f"--output_dir={tmp_path / 'out'}",
+            f"--captions={tmp_path}/c.parquet", f"--spill_dir={spill_root}", "--progress_seconds=0"]
+    killed = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (spill_root.is_dir() and [p for p in spill_root.iterdir() if p.name.startswith("hardpos-spill-")]):
+            assert killed.poll() is None and time.monotonic() < deadline, "the run ended before spilling"
+            time.sleep(0.02)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    left = [p.name for p in spill_root.iterdir()]
+    assert left
+    assert main(argv[3:]) == 0
+    assert [p.name for p in spill_root.iterdir()] == []

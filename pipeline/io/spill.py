@@ -12,14 +12,18 @@ Off (every function the identity, or Beam's GroupByKey) unless the launcher set 
 (pipeline/run.py: the local runner by default, Dask with a shared --spill_dir; Dataflow's shuffle service needs
 none). Outputs never depend on it: consumers
 sort where order matters, as they must after any shuffle. A file is named by a random id, so bundles, workers and
-retries never share one; the folder is removed after the run.
+retries never share one; the folder is removed after the run, and a later run removes that of a run that was
+killed (its lock file, held while it lives, is then free: make_folder).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
 import shutil
+import tempfile
+import time
 import uuid
 import zlib
 
@@ -50,15 +54,77 @@ def directory() -> str | None:
     return _directory
 
 
+PREFIX = "hardpos-spill-"
+MARK = ".hardpos-spill.lock"  # in each run's spill folder, locked (flock) by the run for as long as it lives
+_held: dict[str, int] = {}  # this process's spill folders -> their lock's descriptor
+MAKING_SECONDS = 60  # a folder still under its making name after this long was left by a run killed then
+
+
+def make_folder(parent: str | None, stage: str) -> str:
+    """A new spill folder of this run in parent (default: the temporary folder), holding its lock; first the
+    folders of runs that died there (SIGKILL: at CC3M's size, GBs each) are removed. The folder is made and
+    locked under a dot-name and renamed into place, so that no other run ever finds it unlocked. OSError when
+    parent cannot hold it."""
+    parent = parent or tempfile.gettempdir()
+    remove_stale(parent)
+    making = tempfile.mkdtemp(prefix=f".{PREFIX}making-", dir=parent)
+    fd = os.open(os.path.join(making, MARK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    folder = os.path.join(parent, f"{PREFIX}{stage}-{uuid.uuid4().hex[:12]}")
+    os.rename(making, folder)
+    _held[folder] = fd
+    return folder
+
+
+def remove_stale(parent: str) -> list[str]:
+    """Removes the spill folders in parent whose run is gone (their lock is free: the kernel releases a dead
+    process's flock), and those a removal left half done; the folders removed. A folder without the lock file is
+    not one this version made, and is left."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith((PREFIX, f".{PREFIX}making-"))
+                   and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith(".") and time.time() - entry.stat(follow_symlinks=False).st_mtime < MAKING_SECONDS:
+            continue  # being made this moment, its lock perhaps not yet taken
+        if entry.name.endswith(".removing"):  # a removal cut short; a live one racing this is harmless
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+            continue
+        try:
+            fd = os.open(os.path.join(entry.path, MARK), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its run is alive
+            os.close(fd)
+            continue
+        try:
+            remove_folder(entry.path)
+            removed.append(entry.path)
+        finally:
+            os.close(fd)
+    return removed
+
+
 def remove_folder(folder: str) -> None:
     """Removes a run's spill folder, also while a stopped run's threads still write: renamed first, it can gain
-    no new file (a Writer makes only its leaf folder), so the removal of the renamed one is complete."""
+    no new file (a Writer makes only its leaf folder), so the removal of the renamed one is complete. Its lock is
+    released after."""
     gone = f"{folder}.removing"
     try:
-        os.rename(folder, gone)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(gone, ignore_errors=True)
+        try:
+            os.rename(folder, gone)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(gone, ignore_errors=True)
+    finally:
+        fd = _held.pop(folder, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def partition_of(key, partitions: int) -> int:
