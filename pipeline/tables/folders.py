@@ -193,6 +193,10 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: b
                            f"rejected, or rows != rows in its shards); run the stage again")
     listed = {run_dir / rel: section["shards"][rel] for rel in recorded}
     files = tuple(sorted(listed))
+    linked = next((p for p in (files[0].parent, *files) if p.is_symlink()), None)
+    if linked is not None:  # a stage writes none: one planted there would be published, pointing anywhere
+        raise PublishError(f"{linked}: a symbolic link (to {os.readlink(linked)}), which hardpos never reads a "
+                           f"table through or publishes; put the file itself there, or run the stage again")
     if verify:  # before anything reads the files: a damaged footer is a checksum mismatch, not a crash
         check_checksums(run_dir, section, files)
     splits = set()
