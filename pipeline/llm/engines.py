@@ -156,14 +156,14 @@ class TransformersEngine:
 
 class OpenAIEngine:
     def __init__(self, config: EngineConfig):
-        from pipeline.llm.openai_client import CompletionsClient  # httpx
+        from pipeline.llm.openai_client import CompletionsClient, endpoint  # httpx
 
         if not config.base_url:
             raise ValueError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
         self.chat = config.chat_format == "auto"
         self.chat_format = config.chat_format
         self.model = config.model
-        url = config.base_url.rstrip("/") + ("/chat/completions" if self.chat else "/completions")
+        url = endpoint(config.base_url, "chat/completions" if self.chat else "completions")
         self.client = CompletionsClient(url, self.chat, config.concurrency, config.timeout_s, config.request_retries,
                                         config.max_reply_bytes)
 

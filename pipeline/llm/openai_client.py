@@ -19,6 +19,7 @@ import threading
 import httpx
 
 from pipeline.llm.engines import Generation
+from pipeline.urls import redact_urls, redacted
 
 RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 # Hosted APIs list hundreds of models with their descriptions: a few MB.
@@ -42,12 +43,19 @@ def api_headers() -> dict:
     return headers
 
 
+def endpoint(base_url: str, name: str) -> str:
+    """The URL of an endpoint below the API root: its name appended to the root's path, the root's query string
+    (if any) kept after it, not the name appended to the query."""
+    url = httpx.URL(base_url)
+    return str(url.copy_with(path=url.path.rstrip("/") + "/" + name))
+
+
 def url_problem(base_url: str) -> str | None:
-    """Why base_url cannot be a server's API root, or None."""
+    """Why base_url cannot be a server's API root, or None (the URL in it redacted)."""
     try:
         url = httpx.URL(base_url)
     except httpx.InvalidURL as e:
-        return f"not a URL ({e})"
+        return f"not a URL ({redact_urls(e)})"
     if url.scheme not in ("http", "https") or not url.host:
         return "not an http:// or https:// URL (e.g. http://localhost:8000/v1)"
     if url.port is not None and not 0 < url.port < 65_536:  # httpx takes any number; the socket would overflow
@@ -64,7 +72,7 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, deadline_s: fl
     except asyncio.TimeoutError:
         raise RequestFailed(f"no complete reply within {deadline_s:g} s", retry=True) from None
     except (httpx.HTTPError, OSError) as e:  # connect, read, a body cut short (RemoteProtocolError), decoding
-        raise RequestFailed(f"{type(e).__name__}: {e}", retry=True) from None
+        raise RequestFailed(f"{type(e).__name__}: {redact_urls(e)}", retry=True) from None
 
 
 async def _read(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, body: dict | None) -> bytes:
@@ -170,7 +178,8 @@ def server_problem(base_url: str, deadline_s: float = 10.0) -> str | None:
     """Why the OpenAI-compatible server at base_url cannot take prompts (GET {base_url}/models, which vLLM, TGI,
     SGLang and llama.cpp's server all answer), or None: checked once before the first prompt, so that a server that
     is down is one line instead of every prompt's retries."""
-    url = base_url.rstrip("/") + "/models"
+    url = endpoint(base_url, "models")
+    shown = redacted(url)
 
     async def model_list() -> bytes:
         async with httpx.AsyncClient(headers=api_headers(), timeout=None) as client:
@@ -180,13 +189,13 @@ def server_problem(base_url: str, deadline_s: float = 10.0) -> str | None:
         data = asyncio.run(model_list())
     except RequestFailed as e:
         if e.status in (401, 403):
-            return f"GET {url}: HTTP {e.status}: the server refused the key (set OPENAI_API_KEY)"
+            return f"GET {shown}: HTTP {e.status}: the server refused the key (set OPENAI_API_KEY)"
         if e.status:
             hint = " (is --llm_base_url the API root, e.g. http://host:8000/v1?)" if e.status == 404 else ""
-            return f"GET {url}: HTTP {e.status}{hint}"
-        return f"cannot reach the LLM server: GET {url}: {e}"
+            return f"GET {shown}: HTTP {e.status}{hint}"
+        return f"cannot reach the LLM server: GET {shown}: {redact_urls(e)}"
     try:
         json.loads(data)
     except (ValueError, RecursionError):
-        return f"GET {url}: the reply is not JSON: is {base_url} an OpenAI-compatible server?"
+        return f"GET {shown}: the reply is not JSON: is {redacted(base_url)} an OpenAI-compatible server?"
     return None

@@ -231,6 +231,7 @@ def _check_server(opts: HardposOptions) -> None:
     import os
 
     from pipeline.llm.openai_client import server_problem, url_problem
+    from pipeline.urls import redacted
 
     given = "--llm_base_url" if opts.llm_base_url else "OPENAI_BASE_URL"
     opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
@@ -238,7 +239,7 @@ def _check_server(opts: HardposOptions) -> None:
         raise UsageError("--llm_engine=openai needs --llm_base_url or OPENAI_BASE_URL (e.g. http://localhost:8000/v1)")
     problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
     if problem:
-        raise UsageError(f"{given}={opts.llm_base_url}: {problem}")
+        raise UsageError(f"{given}={redacted(opts.llm_base_url)}: {problem}")
 
 
 def _has_chat_template(model: str | None) -> bool:
