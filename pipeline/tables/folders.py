@@ -401,7 +401,13 @@ def checked_against_report(shard: Path) -> None:
     except (OSError, ValueError):
         return
     relative = shard.relative_to(run_dir).as_posix()
-    for section in report.get("tables", {}).values():
+    sections = report.get("tables", {}) if isinstance(report, dict) else None
+    if not isinstance(sections, dict) or not all(isinstance(s, dict) and isinstance(s.get("sha256", {}), dict)
+                                                 for s in sections.values()):
+        # a report beside the shard that is not one of ours: whether it records the shard cannot be told
+        raise PublishError(f"{run_dir / REPORT_FILE}: not a hardpos report (its tables and their sha256 are not "
+                           f"JSON objects); the shards beside it cannot be checked")
+    for section in sections.values():
         if relative in section.get("sha256", {}):
             check_checksums(run_dir, section, [shard])
             return

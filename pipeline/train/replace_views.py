@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,6 +30,7 @@ from pipeline.perturb import substitution
 from pipeline.train.clip import UsageError
 
 STRICT_PAIRS = Path(__file__).resolve().parent / "suites" / "data" / "replace_strict_pairs.json"
+MAX_SUBSTITUTION_BYTES = 64 << 20
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -57,9 +59,18 @@ def _sha256(path: Path) -> str:
 def read_substitution_file(path: str) -> list[tuple[str, str]]:
     """The `old -> new` lines of --finetune_substitutions (text after # is a comment; blank lines skipped)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        found = Path(path).stat()
+        if not stat.S_ISREG(found.st_mode):  # a FIFO or /dev/zero would never end
+            raise UsageError(f"--finetune_substitutions: {path} is not a regular file")
+        if found.st_size > MAX_SUBSTITUTION_BYTES:
+            raise UsageError(f"--finetune_substitutions: {path} has {found.st_size:,} bytes, more than "
+                             f"{MAX_SUBSTITUTION_BYTES:,} (a list of `old -> new` lines)")
+        text = Path(path).read_bytes().decode("utf-8")
     except OSError as e:
         raise UsageError(f"--finetune_substitutions: cannot read {path} ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--finetune_substitutions: {path} is not UTF-8 text (byte {e.start:,} is "
+                         f"{e.object[e.start:e.start + 1]!r})") from None
     pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -102,9 +113,18 @@ def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | Non
     for shard in shards:
         try:
             checked_against_report(Path(shard))  # the sha256 its run's report.json recorded, where it has one
+            schema = pq.read_schema(shard)
+            odd = next((c for c in columns if c not in schema.names or not
+                        (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))),
+                       None)
+            if odd is not None:  # the texts are compared as text: an int or a list is another table
+                found = f"is {schema.field(odd).type}" if odd in schema.names else "is missing"
+                raise ValueError(f"column {odd} {found}, not text: not a hardpos train table")
             table = pq.read_table(shard, columns=columns, **VERIFY_PAGES).to_pydict()
         except (OSError, pa.ArrowException) as e:
             raise ValueError(f"{shard}: {str(e).splitlines()[0]}") from None
+        except ValueError as e:
+            raise ValueError(f"{shard}: {e}") from None
         for k, (caption, positive) in enumerate(zip(table["caption"], table["hard_positive"], strict=True)):
             if caption and positive and all(types is None or table[c][k] in types for c, types in wanted.items()):
                 span = substitution.changed_span(caption, positive)
