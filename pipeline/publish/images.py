@@ -827,7 +827,7 @@ class ShardImages(Mapping):
         tar = shard.endswith(".tar")
         if path not in self._positions:
             found = tar_images(path) if tar else parquet_images(path)
-            self._positions[path] = {k: (first, second) for k, first, second in found}
+            self._positions[path] = {k: (first, second) for k, first, second, _ in found}
         first, second = self._positions[path][key]
         return read_member(path, first, second) if tar else self._groups.image(path, IMAGE_EXT, first, second)
 
