@@ -103,6 +103,12 @@ INPUT_PROBLEMS = "input_problems"  # report.json: inputs that were not what the 
 def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     """Options for a run, or UsageError / InputFileError naming the first bad flag or path."""
     argv = normalise_argv(argv)
+    undecodable = next((a for a in argv if any("\ud800" <= c <= "\udfff" for c in a)), None)
+    if undecodable is not None:  # Beam encodes every option as UTF-8 for its workers: a traceback otherwise
+        shown = undecodable.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        flag = shown.split("=", 1)[0] if shown.startswith("--") else "a flag's value"
+        raise UsageError(f"{flag}: {shown[:160]} holds bytes that are not UTF-8; rename the file or folder (a "
+                         f"--captions pattern may match it instead)")
     unknown = unknown_flags(argv)
     if unknown:
         raise UsageError(unknown_flag_message(unknown[0]))

@@ -252,6 +252,21 @@ def test_n1_bytes_that_are_not_utf8_cost_only_their_record(tmp_path, fmt):
     assert section(out)["reject_reasons"] == {"invalid_utf8": 1}
 
 
+def test_n1_a_flag_value_with_bytes_that_are_not_utf8_is_one_line(tmp_path, capsys):
+    """A latin-1 byte in the --captions path itself: Beam encodes the options as UTF-8 for its workers, a traceback
+    on 46709a5. Now one line before any work; a pattern matching that file reads it (its name escaped)."""
+    folder = os.fsencode(tmp_path) + b"/lat"
+    os.mkdir(folder)
+    with open(folder + b"/c\xe9.jsonl", "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows(3)))
+    out = tmp_path / "out"
+    assert run(out, "--captions=" + os.fsdecode(folder + b"/c\xe9.jsonl")) == 2
+    assert one_error(capsys) == f"error: --captions: --captions={tmp_path}/lat/c\\xe9.jsonl holds bytes that are " \
+        "not UTF-8; rename the file or folder (a --captions pattern may match it instead)"
+    assert run(out, f"--captions={tmp_path}/lat/*.jsonl") == 0
+    assert list(section(out)["files"]) == ["c\\xe9.jsonl"] and section(out)["read"] == 3
+
+
 def test_n47_a_bom_before_the_first_jsonl_record_is_not_part_of_it(tmp_path):
     """46709a5 rejected a JSONL file's first record when a UTF-8 BOM preceded it (its CSV reader dropped one)."""
     (tmp_path / "c.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows(4)).encode())
