@@ -91,6 +91,7 @@ from pipeline.stages import (
     train_negatives,
     train_set,
 )
+from pipeline.tables.folders import report_problem
 
 STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
           "hard_positives": hard_positives, "train_set": train_set, "all": all_stages,
@@ -282,6 +283,7 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     with FolderLock(target, opts.stage), corpus.one_plan():
         staging = None
         try:
+            _check_folder_report(target)
             for line in recover(target):
                 print(line, file=sys.stderr)
             refuse_links(target, stage.tables(opts))
@@ -304,6 +306,21 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
             raise RunFailed(f"{problem}; {left}") from None
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
+
+
+def _check_folder_report(target: str) -> None:
+    """The folder's report.json, which the commit merges this run's sections into, is one hardpos wrote: one that
+    is `[]` or has sections that are not objects would end a commit half done, in a traceback."""
+    path = FileSystems.join(target, REPORT_FILE)
+    if not FileSystems.exists(path):
+        return
+    try:
+        problem = report_problem(read_json(path))
+    except ValueError as e:  # not JSON, not UTF-8
+        problem = f"unreadable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    if problem:
+        raise UsageError(f"--output_dir: {path} is not a hardpos report ({problem}); a stage merges its tables into "
+                         f"it: move it away")
 
 
 def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: str) -> dict:

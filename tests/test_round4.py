@@ -427,6 +427,32 @@ def test_n49_a_parquet_file_of_one_row_groups_is_read_in_few_units(tmp_path, mon
     assert positions == list(range(5_000)) and len(opened) == 1
 
 
+# ------------------------------------------------------------------------------------------ reports of odd shape
+
+@pytest.mark.parametrize("report_text", ["[]", '{"tables": []}', '{"tables": {"train_negatives": []}}',
+                                         '{"tables": {"train_negatives": {"shards": {}, "sha256": 5}}}'])
+def test_n27_a_folder_whose_report_is_not_a_report_is_refused_by_every_reader_and_writer(tmp_path, capsys,
+                                                                                         report_text):
+    """N27's report.json of `[]` or odd sections, met by the other readers: 46709a5's stage ended its commit in a
+    traceback (its tables renamed in, the report not merged), and publish and load_table in AttributeErrors. Each
+    now says in one line that it is not a report, before any work; the file is left as it was."""
+    from pipeline.tables.folders import PublishError
+    from pipeline.tables.load import load_table
+
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(3)))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text(report_text)
+    assert run(out, f"--captions={tmp_path}/c.jsonl") == 2
+    assert one_error(capsys).startswith(f"error: --output_dir: {out}/report.json is not a hardpos report (")
+    assert (out / "report.json").read_text() == report_text and visible_files(out) == {"report.json":
+                                                                                          report_text.encode()}
+    assert main(["--stage=publish", f"--output_dir={out}"]) == 2
+    assert "report.json: not a hardpos report (" in one_error(capsys)
+    with pytest.raises(PublishError, match="not a hardpos report"):
+        load_table(str(out), "train_negatives")
+
+
 # ------------------------------------------------------------------------------------------------ spill folders
 
 @pytest.mark.parametrize("spill", ["file", "long"])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.report import REPORT_FILE, read_json
-from pipeline.tables.folders import PublishError, changed_file, recorded_shards
+from pipeline.tables.folders import PublishError, changed_file, recorded_shards, report_problem
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,13 @@ def recorded_sections(folder: str) -> dict[str, dict]:
         return {}
     try:
         report = read_json(report_path)
-        return {name: section for name, section in report["tables"].items() if isinstance(section, dict)}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, not UTF-8, not a report
+    except ValueError as e:  # not JSON, not UTF-8
         raise PublishError(f"{report_path}: unreadable report ({type(e).__name__}: {str(e).splitlines()[0]}); run "
                            f"the stage again") from None
+    problem = report_problem(report)
+    if problem:
+        raise PublishError(f"{report_path}: not a hardpos report ({problem}); run the stage again")
+    return report.get("tables", {})
 
 
 def recorded_table(folder: str, table: str) -> RecordedTable | None:

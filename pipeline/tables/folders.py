@@ -92,6 +92,38 @@ class Table:
         return f"data/{self.config}/{self.split}-*-of-{len(self.files):05d}.parquet"
 
 
+def report_problem(report) -> str | None:
+    """Why a parsed report.json is not one hardpos wrote (each reader walks its sections as objects, and its
+    shards, checksums and inputs as mappings): one that is `[]`, or whose sections are lists, is refused with
+    this, never walked into a traceback. None for a report."""
+    if not isinstance(report, dict):
+        return f"a JSON {type(report).__name__}, not an object"
+    for key in ("tables", "inputs"):
+        if not isinstance(report.get(key, {}), dict):
+            return f"its {key} are not an object"
+    for name, section in report.get("tables", {}).items():
+        if not isinstance(section, dict):
+            return f"its table {name} is not an object"
+        odd = next((k for k in ("shards", "sha256", "dead_letter_shards", "files", "inputs", "made_from")
+                    if not isinstance(section.get(k) or {}, dict)), None)
+        if odd:
+            return f"table {name}'s {odd} is not an object"
+    return None
+
+
+def read_report(path: Path) -> dict:
+    """A local report.json, or PublishError naming it when it cannot be read or is not a report."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PublishError(f"{path}: unreadable report ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    problem = report_problem(report)
+    if problem:
+        raise PublishError(f"{path}: not a hardpos report ({problem}); move it away or run the stage again")
+    return report
+
+
 def find_reports(output_dir: Path) -> list[Path]:
     """report.json of the folder itself and of its subfolders (a folder per stage, as `make sample` writes)."""
     candidates = [output_dir / REPORT_FILE] + sorted(output_dir.glob(f"*/{REPORT_FILE}"))
@@ -283,11 +315,7 @@ def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[st
         listed = set()
         report_path = folder / REPORT_FILE
         if report_path.is_file():
-            try:
-                report = json.loads(report_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                report = {}
-            for section in report.get("tables", {}).values():
+            for section in read_report(report_path).get("tables", {}).values():
                 listed |= {Path(rel).parts[0] for rel in (section.get("shards") or {})}
         for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
             if sub.name in listed or sub.name in (REJECTED, DISCARDED) or sub.name.startswith(".") or \
@@ -320,10 +348,7 @@ def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool
     for report_path in find_reports(output_dir):
         if report_path.parent.resolve() in {p.resolve() for p in exclude}:
             continue
-        try:
-            report = json.loads(report_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise PublishError(f"{report_path}: unreadable report ({e})") from None
+        report = read_report(report_path)
         for name, section in report.get("tables", {}).items():
             if _stage_of(report, section) not in TABLE_STAGES:
                 continue
@@ -401,13 +426,11 @@ def checked_against_report(shard: Path) -> None:
     except (OSError, ValueError):
         return
     relative = shard.relative_to(run_dir).as_posix()
-    sections = report.get("tables", {}) if isinstance(report, dict) else None
-    if not isinstance(sections, dict) or not all(isinstance(s, dict) and isinstance(s.get("sha256", {}), dict)
-                                                 for s in sections.values()):
-        # a report beside the shard that is not one of ours: whether it records the shard cannot be told
-        raise PublishError(f"{run_dir / REPORT_FILE}: not a hardpos report (its tables and their sha256 are not "
-                           f"JSON objects); the shards beside it cannot be checked")
-    for section in sections.values():
+    problem = report_problem(report)
+    if problem:  # a report beside the shard that is not one of ours: whether it records the shard cannot be told
+        raise PublishError(f"{run_dir / REPORT_FILE}: not a hardpos report ({problem}); the shards beside it cannot "
+                           f"be checked")
+    for section in report.get("tables", {}).values():
         if relative in section.get("sha256", {}):
             check_checksums(run_dir, section, [shard])
             return
