@@ -18,7 +18,11 @@ the blind reads of their rows. Prints figures.
    the rules' version 1 with seed 2026, round 2 version 2 with seed 2027, round 3 version 3 with seed 2028,
    round 4 version 4 with seed 2029, round 5 version 5 with seed 2030, round 6 version 6 with seed 2031, three
    readers; rule_positives_places_* read every row version 5's place rule adds on val2017, apart).
-5. --words: the commonest words of the captions by part of speech, each with what the synonym table
+5. --framed: instead of the captions file, the captions that open with a photo frame ("A picture of ...", as
+   clause/2 rewrites them inside the frame): every one of --captions whose opening names a whole-scene frame
+   (pipeline/perturb/frames.py), and FRAMED_COPIES others given one of benchmarks/full_size.py's openings (ids
+   past the originals'), so that --sheet reads the framed rows of rule_clause.
+6. --words: the commonest words of the captions by part of speech, each with what the synonym table
    (pipeline/perturb/data/positive_synonyms.json) says of it: the table is built from this list.
 """
 from __future__ import annotations
@@ -50,9 +54,41 @@ TARGET = 0.95
 JUDGED = REPO / "benchmarks" / "judged"
 
 
+FRAMED_COPIES = 3000
+
+
+def framed_captions(captions: str, path: str, seed: int) -> str:
+    """A COCO captions file of framed captions (point 5): the real ones, then copies of others with an opening."""
+    from benchmarks.full_size import ID_STRIDE, OPENINGS, vary
+    from pipeline.perturb.frames import CLOSE, SCENE_FRAMES
+
+    source = json.loads(Path(captions).read_text(encoding="utf-8"))
+
+    def framed(text: str) -> bool:
+        opening = [w.lower().strip(",.") for w in text.split()[:6]]
+        return any(w in SCENE_FRAMES for w in opening) and not set(opening) & CLOSE
+
+    annotations = sorted(source["annotations"], key=lambda a: a["id"])
+    real = [{**a, "caption": a["caption"].strip()} for a in annotations if framed(a["caption"])]
+    others = random.Random(seed).sample([a for a in annotations if not framed(a["caption"])], FRAMED_COPIES)
+    copies = []
+    for n, a in enumerate(others):
+        k = 1 + n % (len(OPENINGS) - 1)
+        copies.append({"id": k * ID_STRIDE + a["id"], "image_id": k * ID_STRIDE + a["image_id"],
+                       "caption": vary(a["caption"].strip(), k)})
+    images = {i["id"]: i for i in source["images"]}
+    used = [{**images[a["image_id"] % ID_STRIDE], "id": a["image_id"]} for a in real + copies]
+    out = {"info": {"description": f"{len(real)} framed val2017 captions and {len(copies)} copies with an opening"},
+           "licenses": source.get("licenses", []), "images": list({i["id"]: i for i in used}.values()),
+           "annotations": real + copies}
+    Path(path).write_text(json.dumps(out), encoding="utf-8")
+    print(f"framed captions: {len(real):,} real, {len(copies):,} copies with an opening -> {path}")
+    return path
+
+
 def run_stage(captions: str, output_dir: str) -> None:
     cmd = [sys.executable, "-m", "pipeline.run", "--stage=all", f"--coco_captions={captions}",
-           f"--output_dir={output_dir}", "--progress_seconds=0"]
+           f"--output_dir={output_dir}", "--progress_seconds=0", "--runner=DirectRunner"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -207,10 +243,16 @@ def main() -> None:
     parser.add_argument("--sample_seed", type=int, default=SAMPLE_SEED, help="the sample of captions to read")
     parser.add_argument("--types", default=",".join(TYPES), help="--sheet: the rule types to read")
     parser.add_argument("--per_type", type=int, default=PER_TYPE, help="--sheet: rows per type")
+    parser.add_argument("--framed", action="store_true",
+                        help="run on the captions that open with a photo frame (point 5) instead")
     parser.add_argument("--every_exchange", action="store_true",
                         help="--sheet: also every rule_converse exchange of the captions no read judged (they are "
                              "few: a random sample holds too few to read)")
     args = parser.parse_args()
+    if args.framed:
+        os.makedirs(args.output_dir, exist_ok=True)
+        path = os.path.join(args.output_dir, "framed_captions.json")
+        args.captions = path if args.skip_run else framed_captions(args.captions, path, args.sample_seed)
     if not args.skip_run:
         run_stage(args.captions, args.output_dir)
     positives = table_rows(args.output_dir, "hard_positives")

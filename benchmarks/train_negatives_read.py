@@ -11,48 +11,34 @@
    captions drawn with random.Random(--sample_seed) among those no file in benchmarks/judged/ holds, each shown as
    the text the negative is a change of (the positive where negative_source is hard_positive, else the caption)
    and the negative; a type the train table holds too few of (exchange) is made up to --per_type with the
-   caption's own negatives of the type (train_negatives, as written, any rank); shuffled with CONTROLS rule hard
-   positives of other captions (true rewrites: a strict reader finds they do not contradict). The key (types, ids) goes beside the sheet, never to a reader.
-4. The blind reads, benchmarks/judged/train_negatives_reader*.jsonl: per reader and type, the share read as fluent
-   (natural English), contradicts (a different scene: false of any photo the text describes; a paraphrase, a
+   caption's own negatives of the type (train_negatives, as written, any rank); with --calibration_dir, also
+   CALIBRATION train rows of another version's run; shuffled with CONTROLS rule hard positives of other captions
+   (true rewrites: a strict reader finds they do not contradict). The key (types, ids) goes beside the sheet,
+   never to a reader.
+4. The blind reads, benchmarks/judged/train_negatives_round*_reader*.jsonl: per reader and type, the share read as
+   fluent (natural English), contradicts (a different scene: false of any photo the text describes; a paraphrase, a
    near-synonym or an impossible scene fails), minimal (one small change); valid = all three. Target 80% per type.
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 import random
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.rule_positives import run_stage, table_rows  # noqa: E402  (`--stage=all` with its defaults)
 from pipeline.checks import separability  # noqa: E402
 
 JUDGED = REPO / "benchmarks" / "judged"
-SAMPLE_SEED, PER_TYPE, CONTROLS = 2041, 120, 30
+SAMPLE_SEED, PER_TYPE, CONTROLS, CALIBRATION = 2041, 120, 30, 60
 LABELS = ("fluent", "contradicts", "minimal")
 TARGET = 0.80
-
-
-def run_stage(captions: str, output_dir: str) -> None:
-    cmd = [sys.executable, "-m", "pipeline.run", "--stage=all", f"--coco_captions={captions}",
-           f"--output_dir={output_dir}", "--progress_seconds=0", "--runner=DirectRunner"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-
-
-def table_rows(output_dir: str, table: str) -> list[dict]:
-    return [r for p in sorted(glob.glob(os.path.join(output_dir, table, "*.parquet")))
-            for r in pq.read_table(p).to_pylist()]
 
 
 def scores(rows: list[dict]) -> dict[str, float]:
@@ -70,7 +56,8 @@ def scores(rows: list[dict]) -> dict[str, float]:
 def triple_figures(output_dir: str, train: list[dict]) -> None:
     section = json.loads(Path(output_dir, "report.json").read_text())["tables"]["train"]
     triples = section["triples"]
-    print(f"train: {section['rows']:,} triples of {section['read']:,} captions ({section['rows'] / section['read']:.1%})")
+    rows, read = section["rows"], section["read"]
+    print(f"train: {rows:,} triples of {read:,} captions ({rows / read:.1%})")
     print(f"  negative made from the positive: {triples['negative_from_positive']:,} "
           f"({triples['share_negative_from_positive']:.1%}); the positive's very words (structure only): "
           f"{triples['same_words']:,} ({triples['share_same_words']:.2%}); picked: {triples['picked']}")
@@ -96,7 +83,8 @@ def judged_before() -> set[int]:
     return ids
 
 
-def sample(train: list[dict], negatives: list[dict], positives: list[dict], seed: int, per_type: int) -> list[dict]:
+def sample(train: list[dict], negatives: list[dict], positives: list[dict], seed: int, per_type: int,
+           calibration: list[dict] | None = None) -> list[dict]:
     seen = judged_before()
     fresh = [r for r in train if r["caption_id"] not in seen]
     random.Random(seed).shuffle(fresh)
@@ -119,6 +107,13 @@ def sample(train: list[dict], negatives: list[dict], positives: list[dict], seed
                 "caption_id": r["caption_id"], "caption": r["caption"], "text": r["caption"],
                 "negative": r["hard_negative"]} for r in exchanges[:max(missing, 0)]]
     taken |= {r["caption_id"] for r in picked}
+    if calibration:  # another version's train negatives, as its table holds them (the reader's calibration)
+        earlier = [r for r in calibration if r["caption_id"] not in taken]
+        random.Random(seed + 4).shuffle(earlier)
+        picked += [{"kind": f"{r['negative_type']}_calibration", "negative_source": "caption",
+                    "positive_type": r["positive_type"], "caption_id": r["caption_id"], "caption": r["caption"],
+                    "text": r["caption"], "negative": r["hard_negative"]} for r in earlier[:CALIBRATION]]
+        taken |= {r["caption_id"] for r in picked}
     others = [r for r in positives if r["caption_id"] not in taken]
     for r in random.Random(seed + 1).sample(others, CONTROLS):
         picked.append({"kind": "control_positive", "negative_source": None, "positive_type": r["positive_type"],
@@ -150,7 +145,7 @@ def read_table(path: Path, current: set[tuple[int, str]]) -> None:
     kept = [r for r in read if (r["caption_id"], r["negative"]) in current]
     print(f"{path.name} ({rows[0].get('reader', 'reader')}; the train table still holds {len(kept)} of its "
           f"{len(read)} negatives):")
-    print(f"  {'kind':<22} {'rows':>5} {'fluent':>7} {'contra':>7} {'minimal':>8} {'valid':>7}")
+    print(f"  {'kind':<32} {'rows':>5} {'fluent':>7} {'contra':>7} {'minimal':>8} {'valid':>7}")
     groups = {}
     for r in rows:
         groups.setdefault(r["kind"], []).append(r)
@@ -160,9 +155,9 @@ def read_table(path: Path, current: set[tuple[int, str]]) -> None:
         of_kind = groups[kind]
         shares = [sum(r[label] for r in of_kind) / len(of_kind) for label in LABELS]
         valid = sum(all(r[label] for label in LABELS) for r in of_kind) / len(of_kind)
-        mark = "" if kind.startswith("control") or " from " in kind else \
+        mark = "" if kind.startswith("control") or " from " in kind or kind.endswith("_calibration") else \
             ("  (target 80%)" if valid >= TARGET else "  (BELOW the 80% target)")
-        print(f"  {kind:<22} {len(of_kind):>5} " + " ".join(f"{s:>7.0%}" for s in shares) + f" {valid:>7.0%}{mark}")
+        print(f"  {kind:<32} {len(of_kind):>5} " + " ".join(f"{s:>7.0%}" for s in shares) + f" {valid:>7.0%}{mark}")
 
 
 def main() -> None:
@@ -173,18 +168,22 @@ def main() -> None:
     parser.add_argument("--sheet", default=None, help="write the rows to read, shuffled, for a blind reader")
     parser.add_argument("--sample_seed", type=int, default=SAMPLE_SEED)
     parser.add_argument("--per_type", type=int, default=PER_TYPE)
+    parser.add_argument("--calibration_dir", default=None,
+                        help="--sheet: also CALIBRATION train rows of a run made by another version (e.g. before "
+                             "this one), as that table holds them, shown alike: how the readers judge it")
     args = parser.parse_args()
     if not args.skip_run:
         run_stage(args.captions, args.output_dir)
     train = table_rows(args.output_dir, "train")
     triple_figures(args.output_dir, train)
     if args.sheet:
-        rows = sample(train, table_rows(args.output_dir, "train_negatives"), table_rows(args.output_dir, "hard_positives"),
-                      args.sample_seed, args.per_type)
+        calibration = table_rows(args.calibration_dir, "train") if args.calibration_dir else None
+        rows = sample(train, table_rows(args.output_dir, "train_negatives"),
+                      table_rows(args.output_dir, "hard_positives"), args.sample_seed, args.per_type, calibration)
         write_sheet(args.sheet, rows, args.sample_seed)
     current = {(r["caption_id"], r["hard_negative"]) for r in train} | \
         {(r["caption_id"], r["hard_negative"]) for r in table_rows(args.output_dir, "train_negatives")}
-    for path in sorted(JUDGED.glob("train_negatives_reader*.jsonl")):
+    for path in sorted(JUDGED.glob("train_negatives_round*_reader*.jsonl")):
         read_table(path, current)
 
 

@@ -221,7 +221,7 @@ def _flags_hard_positives(group) -> None:
                             "drops the adding rewrites beyond that), so that the word alone does not tell a "
                             "positive from its caption. Off by default: the training set's negative is made from "
                             "the positive (--negative_from), so the word is in both (on, val2017's rule coverage "
-                            "falls from 70%% to 61%%).")
+                            "falls from 70%% to 62%%).")
     group.add_argument("--max_substitution_share", type=float_in(0, 1, above_low=True), default=0.025,
                        help="Rule positives: the most a single substitution (e.g. man -> guy, any inflection) "
                             "may make of a rule type's rows; captions where it is the only one left over it "

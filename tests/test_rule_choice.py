@@ -93,7 +93,7 @@ def test_the_order_of_the_input_does_not_change_a_row():
     assert choose(items, 0.025, seed=1) != choose(items, 0.025)
 
 
-def test_is_is_added_no_more_often_than_taken_out():
+def test_is_is_added_no_more_often_than_taken_out_with_balance_is():
     items = [item(i, ["riding -> is riding"], {"riding -> is riding": 1}) for i in range(600)]
     items += [item(600 + i, ["is sitting -> sits"], {"is sitting -> sits": -1}) for i in range(200)]
     counts = Counter()
@@ -103,6 +103,9 @@ def test_is_is_added_no_more_often_than_taken_out():
     kept = sum(bool(balanced(it["options"][T], T, it["record"]["example_id"], 0, counts)) for it in items[:600])
     assert 150 <= kept <= 250  # about the 200 captions that take one out
     assert all(balanced(it["options"][T], T, it["record"]["example_id"], 0, counts) for it in items[600:])
+    # off (the default since the train table's negatives are made from the positive): every option kept
+    assert all(balanced(it["options"][T], T, it["record"]["example_id"], 0, counts, on=False) == it["options"][T]
+               for it in items)
 
 
 def test_the_replace_sets_substitutions_are_keys_either_way_and_inflection_aside():

@@ -45,6 +45,7 @@ CLAUSES = [  # caption, a rewrite it must offer
     ("A bathroom with a green shower curtain.", "A bathroom that has a green shower curtain."),
     ("A bus that is parked on the street.", "A bus parked on the street."),
     ("a brown bear shaking the water off", "a brown bear is shaking the water off"),  # a participle parsed as root
+    ("A BOY TAKING A PICTURE WITH HIS PHONE", "A BOY IS TAKING A PICTURE WITH HIS PHONE"),  # shouted stays shouted
 ]
 
 NO_CLAUSE = [  # caption, why it keeps its clause
@@ -85,3 +86,43 @@ def test_the_check_refuses_a_changed_word():
     assert same_content("A man riding a horse.", "A man is riding a horse.")
     assert not same_content("A man riding a horse.", "A woman is riding a horse.")
     assert not same_content("A man riding a horse.", "A man is riding.")
+
+
+FRAMED = [  # a caption that opens with a photo frame, a rewrite inside the frame it must offer
+    ("A photo of a man riding a horse.", "A photo of a man who is riding a horse."),
+    ("A picture of a cat on a couch", "A picture of a cat that is on a couch"),
+    ("A black and white photo of two men on a bench", "A black and white photo of two men who are on a bench"),
+    ("An image showing a bus parked on the street.", "An image showing a bus that is parked on the street."),
+    ("This is a picture of a table that has bananas on it", "This is a picture of a table with bananas on it"),
+]
+
+FRAMED_NOT = [  # a framed caption, a rewrite it must not offer, why
+    ("A photo of a man riding a horse.", "A photo of a man is riding a horse.", "a sentence inside the frame"),
+    ("A picture of a cat on a couch", "A picture of a cat is on a couch", "a sentence inside the frame"),
+    ("A photo of a man is riding a horse", "A photo of a man rides a horse", "no noun phrase after the frame"),
+    ("A close up of a man riding a horse", "A close up of a man who is riding a horse", ("a close shot is no frame "
+                                                                                         "of the whole scene")),
+    ("A man taking a picture of a dog sitting on a bench", ("A man taking a picture of a dog that is sitting on a "
+                                                            "bench"), "the photo is a thing in the scene"),
+]
+
+
+@pytest.mark.parametrize("caption,expected", FRAMED)
+def test_a_framed_caption_has_its_scene_said_another_way(nlp, rules, caption, expected):
+    offered = proposed(nlp, rules, caption)
+    assert expected in offered, offered
+    assert all(same_content(caption, text) for text in offered)
+
+
+@pytest.mark.parametrize("caption,forbidden,why", FRAMED_NOT)
+def test_a_framed_caption_stays_a_noun_phrase(nlp, rules, caption, forbidden, why):
+    assert forbidden not in proposed(nlp, rules, caption), why
+
+
+def test_the_scene_of_a_frame(nlp):
+    from pipeline.perturb.frames import framed_scene
+    framed = framed_scene(nlp("A black and white photo of two men on a bench."))
+    assert framed.prefix == "A black and white photo of "
+    assert [(t.text, t.dep_) for t in framed.scene if t.dep_ in ("ROOT", "prep")] == [("men", "ROOT"), ("on", "prep")]
+    assert framed_scene(nlp("A close up of a pizza on a table")) is None
+    assert framed_scene(nlp("A dog next to a picture of a cat")) is None

@@ -44,8 +44,8 @@ VOICE = [  # caption, a rewrite it must offer
      "A black umbrella held by a little girl standing in a forest."),
     ("A woman holding a tennis racquet on a tennis court.", "A tennis racquet held by a woman on a tennis court."),
     ("There is a man holding an umbrella.", "There is an umbrella held by a man."),
-    ("A close up of a man holding a bat.", "A close up of a bat held by a man."),
-    ("a person that is flying a kite in the sky", "a kite flown by a person in the sky"),
+    ("a person that is flying a kite on a beach", "a kite flown by a person on a beach"),
+    ("A girl eating a slice of pizza.", "A slice of pizza being eaten by a girl."),   # "eaten by" reads as done
     ("A group of people flying kites on a beach.", "Kites flown by a group of people on a beach."),
 ]
 
@@ -67,6 +67,14 @@ NO_VOICE = [  # caption, why it keeps its voice
     ("Many people watch a man and dog herd sheep.", "a verb the parser read as a noun"),
     ("A man wearing a bike helmet standing next to a bicycle.", "a participle read as the object's noun"),
     ("A person in a field flying a kite in the sky.", "'by a person in a field in the sky': whose place?"),
+    # from round 8's blind reads (benchmarks/judged/rule_positives_v8_*):
+    ("A close up of a man holding a bat.", "the close up would be of the bat"),
+    ("A crowd of people flying kites in a blue cloudy sky.", "'by a crowd of people in a blue cloudy sky'"),
+    ("A woman riding skis down a snow covered slope.", "'skis ridden by a woman' is no English"),
+    ("A snow skier is being pulled by a rope overhead.", "'pulling a snow skier overhead'"),
+    ("two children one holding a bear and one holding a cell phone", "one of the two holds it"),
+    ("a brown horse carrying people behind on the street", "whose 'behind'"),
+    ("A surfer riding the inside of the curve of a wave.", "'the curve of a wave ridden by a surfer'"),
 ]
 
 CONVERSE = [  # caption, a rewrite it must offer
@@ -80,12 +88,11 @@ CONVERSE = [  # caption, a rewrite it must offer
     ("A cat is sitting on a couch.", "A couch with a cat sitting on it."),
     ("A cat sits on a couch.", "A couch with a cat sitting on it."),
     ("There is a cat sitting on a couch.", "A couch with a cat sitting on it."),
-    ("A photo of a cat on a couch", "A photo of a couch with a cat on it"),
     ("A man standing next to a bus.", "A bus with a man standing next to it."),
     ("A man sitting in front of a plate of food.", "A plate of food with a man sitting in front of it."),
     ("A dog laying down on a fluffy carpet", "A fluffy carpet with a dog laying down on it"),
     ("A cat sitting on a couch in the living room.", "A couch with a cat sitting on it in the living room."),
-    ("Two dogs on two beds.", "Two beds with two dogs on them."),
+    ("Two dogs on a bed.", "A bed with two dogs on it."),
     ("A couch with a cat on it.", "A cat on a couch."),
     ("A tall clock tower with a statue on top.", "A statue on top of a tall clock tower."),
     ("A kitchen with a stove and a refrigerator.", "A stove and a refrigerator in a kitchen."),
@@ -105,6 +112,16 @@ NO_CONVERSE = [  # caption, a rewrite it must not offer (None: none at all), why
     ("A person behind a table in front of many dishes.", None, "which of the three is in front is not known"),
     ("A baby and a young elephant walk in front of the herd.", None, "the verb read as a noun"),
     ("A bear looks toward the camera.", None, "the camera is the photographer's"),
+    # from round 8's blind reads (benchmarks/judged/rule_positives_v8_*):
+    ("A photo of a cat on a couch", None, "the photo would be of the couch"),
+    ("Two sloppy joe sandwiches on two separate plates", None, "two on each plate?"),
+    ("Four persons are skating on the skate board on snow.", None, "each on a board of one's own"),
+    ("A toilet with some toilet paper and a plunger", None, "not in the toilet"),
+    ("A foreign airline status board with a clock.", None, "not on the board"),
+    ("Various kites near the ground in a field.", None, "'the ground with kites near it'"),
+    ("Three birds walking around a dry grass field.", None, "'walking around it' circles the field"),
+    ("A painted white kitchen with a refrigerator and a dish washer next to an oven.", None,
+     "which of the two is next to the oven"),
 ]
 
 

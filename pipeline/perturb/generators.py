@@ -30,8 +30,10 @@ from pipeline.perturb.rank import choose
 # changes only its sex, no colour of a black and white photo, plate/tray near-synonyms, no adjective becomes one
 # beside it ("Old and new" -> "New and new"), a/an fixed across a double space. replace/9 (prepositions.json
 # v4): "in" of what is worn kept, no trick, stunt or wave beside, behind or outside anything.
-# exchange/1: new (roles, order, attributes exchanged; perturb/neg_exchange.py).
-VERSIONS = {"replace": 9, "swap": 4, "negclip": 3, "aro_order": 2, "exchange": 1}  # aro_order/2: single-spaced
+# exchange/1: new (roles, order, attributes exchanged; perturb/neg_exchange.py), read in judged/train_negatives_round1_*.
+# exchange/2 from its failures: no act two may do to each other at once (watching, helping) or whose reversal no
+# photo shows (a child holding a man), two people of one age, no "colorful" against a colour.
+VERSIONS = {"replace": 9, "swap": 4, "negclip": 3, "aro_order": 2, "exchange": 2}  # aro_order/2: single-spaced
 RANKED = ("replace", "swap", "negclip", "exchange")
 TAGGER, PARSER = "tagger", "parser"
 NEEDS = {

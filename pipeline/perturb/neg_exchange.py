@@ -21,7 +21,7 @@ from pipeline.perturb.pos_clause import _aux_before, _number, _one_clause
 from pipeline.perturb.pos_relation import comparable, related
 from pipeline.perturb.pos_voice import agent_phrase, counted, living, nsubj, object_range, subject_phrase, \
     thing_phrase, trailing_ok
-from pipeline.perturb.rule_data import structure_rules, swap_rules
+from pipeline.perturb.rule_data import replacements, structure_rules, swap_rules
 from pipeline.perturb.units import units
 
 EXCHANGE = "exchange"
@@ -97,6 +97,8 @@ def _role_exchanges(doc, lexicon) -> list[str]:
         kinds = {_kind(subject, lexicon), _kind(obj, lexicon)}
         if len(kinds) != 1 and lemma not in rules.either_kind:
             continue  # "a man riding a horse" -> "a horse riding a man": not a scene a photo could show
+        if kinds == {"person"} and len({_age(subject), _age(obj)} - {None}) > 1:
+            continue  # "a man lifting a child" -> "a child lifting a man"
         if sentence and _number(subject, len(doc)) != _number(obj, len(doc)):
             continue  # "two dogs are chasing a cat" -> "a cat are chasing two dogs"
         texts.append(_exchanged(doc, (0, subject_end), span, span[1]))
@@ -112,6 +114,15 @@ def _object(doc, verb, lemma):
     if len(objects) != 1 or objects[0].left_edge.i not in (verb.i + 1, verb.i + 2):
         return None
     return objects[0]
+
+
+def _age(noun) -> str | None:
+    """"adult" or "child" for a person word or its age modifier ("a young boy"), None when not said."""
+    noun = counted(noun)
+    ages = replacements().age_class
+    if any(c.lower_ in ("young", "little", "baby", "teenage", "teen") for c in noun.lefts):
+        return "child"
+    return ages.get(noun.lower_) or ages.get(noun.lower_.rstrip("s"))
 
 
 def _kind(noun, lexicon) -> str:
@@ -148,14 +159,17 @@ def _order_exchanges(doc, lexicon) -> list[str]:
 
 # Sizes exchange only across the two ends of the scale ("a large dog and a small cat"): "large" and "big", "tall"
 # and "long" say much the same of two things, and "little room" is not a size.
+MANY_COLOURS = frozenset({"colorful", "colourful", "multicolored", "multicoloured", "multi", "rainbow"})
 BIG = frozenset("big large huge giant tall long wide massive enormous thick fat".split())
 SMALL = frozenset("small tiny short narrow mini miniature thin skinny".split())
 
 
 def _contrast(a, b) -> bool:
     """Two adjectives whose exchange changes what is said: two colours, two materials...; two sizes from the two
-    ends of the scale."""
+    ends of the scale; not "colorful" against a colour (a blue toilet may be called colorful)."""
     classes = swap_rules().attribute_class
+    if {a.lower_, b.lower_} & MANY_COLOURS:
+        return False
     if "size" in classes.get(a.lower_, ()) and "size" in classes.get(b.lower_, ()):
         return bool({a.lower_, b.lower_} & BIG and {a.lower_, b.lower_} & SMALL)
     return True

@@ -108,12 +108,3 @@ def _list_comma(token) -> bool:
     """A comma between the items of a list of things ("a toilet, sink and shower")."""
     return token.text == "," and token.head.tag_ in NOUN_TAGS and any(c.dep_ == "conj" for c in token.head.children)
 
-
-def frame_end(doc) -> int:
-    """The token after a photo frame's "of" that opens the caption ("A close up photo of" a cat ...), else 0."""
-    for t in doc[:6]:
-        frame = t.i >= 1 and (doc[t.i - 1].lower_ in FRAMES or doc[t.i - 2:t.i].text.lower() == "close up")
-        if t.lower_ == "of" and frame and all(u.tag_ in ("DT", "JJ", "NN", "CD", "RB", "IN") and u.lower_ != "of"
-                                              for u in doc[:t.i]):
-            return t.i + 1
-    return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pipeline.perturb.candidates import Candidate
+from pipeline.perturb.frames import frame_link
 from pipeline.perturb.lexicon import kind_of
 from pipeline.perturb.substitution import stem, words
 from pipeline.perturb.text import match_case
@@ -59,9 +60,13 @@ INDEFINITE = frozenset({"a", "an", "some", "two", "three", "four", "five", "six"
 PLACE_PRONOUNS = frozenset({"it", "them"})
 
 
-def clause_positives(doc, lexicon, inflector) -> list[Candidate]:
-    """Every valid rewrite of the caption's clause (a few at most: one per way of saying it)."""
+def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Candidate]:
+    """Every valid rewrite of the caption's clause (a few at most: one per way of saying it). `in_frame`: the doc is
+    the scene of a photo frame ("A photo of <a man riding a horse>"), which must stay a noun phrase: a participle or
+    a place becomes a relative clause ("a man who is riding a horse"), not a sentence."""
     roots = [t for t in doc if t.dep_ == "ROOT"]
+    if not in_frame and frame_link(doc, close_shots=True) is not None:
+        return []  # a frame whose scene is no noun phrase ("a photo of a man is riding"), or a close shot
     if len(roots) != 1 or any(t.dep_ == "neg" or t.tag_ == "MD" for t in doc):
         return []
     if any(t.lower_ == "going" and t.i + 1 < len(doc) and doc[t.i + 1].lower_ == "to" for t in doc):
@@ -69,7 +74,9 @@ def clause_positives(doc, lexicon, inflector) -> list[Candidate]:
     root = roots[0]
     found = [_with_from_relative(doc, root), _relative_from_with(doc, root, lexicon), _reduced_relative(doc)]
     if root.tag_ in ("NN", "NNS"):
-        found += [_sentence_from_participle(doc, root, lexicon), _sentence_from_place(doc, root, lexicon)]
+        relative = _relative_pronoun(root, lexicon) if in_frame else None
+        found += [_sentence_from_participle(doc, root, lexicon, relative),
+                  _sentence_from_place(doc, root, lexicon, relative)]
     elif root.tag_ in ("VBG", "VBN") and not any(c.dep_ in ("aux", "auxpass") for c in root.children):
         found += [_sentence_from_bare_participle(doc, root, lexicon)]  # "a bear shaking ...", parsed as a clause
     elif root.tag_ in ("VBG", "VBN"):
@@ -90,6 +97,8 @@ def _replaced(doc, start: int, end: int, new: str) -> Candidate | None:
 
 
 def _candidate(text: str, rewritten: str, old: str, new: str) -> Candidate | None:
+    if text.isupper():
+        rewritten, new = rewritten.upper(), new.upper()  # "A BOY TAKING A PICTURE" -> "A BOY IS TAKING ..."
     if rewritten.split() == text.split():
         return None
     return Candidate(RULE_CLAUSE, rewritten, old, new, 0, len(text))
@@ -216,12 +225,17 @@ def _progressive_from_simple(doc, verb, lexicon, inflector) -> Candidate | None:
     return _replaced(doc, verb.i, verb.i + 1, f"{number} {inflector.verb(lemma, 'VBG')}")
 
 
-def _sentence_from_participle(doc, noun, lexicon) -> Candidate | None:
-    """"A man riding a horse" -> "A man is riding a horse"; "A bus parked ..." -> "A bus is parked ..."."""
+def _relative_pronoun(noun, lexicon) -> str:
+    return "who" if kind_of(noun, lexicon) == "noun.person" else "that"
+
+
+def _sentence_from_participle(doc, noun, lexicon, relative: str | None = None) -> Candidate | None:
+    """"A man riding a horse" -> "A man is riding a horse"; "A bus parked ..." -> "A bus is parked ..."; with
+    `relative`, "a man who is riding a horse"."""
     clauses = [c for c in noun.children if c.dep_ == "acl" and c.i > noun.i]
     if len(clauses) != 1 or any(c.dep_ in ("aux", "auxpass", "nsubj") for c in clauses[0].children):
         return None
-    return _is_before_participle(doc, noun, clauses[0], lexicon)
+    return _is_before_participle(doc, noun, clauses[0], lexicon, relative)
 
 
 def _sentence_from_bare_participle(doc, verb, lexicon) -> Candidate | None:
@@ -238,7 +252,7 @@ def _bare(noun) -> bool:
     return noun.tag_ == "NN" and not any(c.dep_ in ("det", "poss", "nummod", "predet") for c in noun.children)
 
 
-def _is_before_participle(doc, noun, verb, lexicon) -> Candidate | None:
+def _is_before_participle(doc, noun, verb, lexicon, relative: str | None = None) -> Candidate | None:
     if noun.lower_ in FRAMES or noun.left_edge.i != 0 or noun.tag_ not in ("NN", "NNS") or _bare(noun) or \
             _gerund(noun, lexicon):
         return None
@@ -257,7 +271,7 @@ def _is_before_participle(doc, noun, verb, lexicon) -> Candidate | None:
             return None
     else:
         return None
-    return _replaced(doc, verb.i, verb.i + 1, f"{number} {verb.text}")
+    return _replaced(doc, verb.i, verb.i + 1, " ".join(filter(None, (relative, number, verb.text))))
 
 
 def _place_of(noun):
@@ -281,8 +295,8 @@ def _gerund(noun, lexicon) -> bool:
     return noun.lower_.endswith("ing") and lexicon.lemma(noun.lower_, "v") not in (None, noun.lower_)
 
 
-def _sentence_from_place(doc, noun, lexicon) -> Candidate | None:
-    """"A cat on a couch." -> "A cat is on a couch."."""
+def _sentence_from_place(doc, noun, lexicon, relative: str | None = None) -> Candidate | None:
+    """"A cat on a couch." -> "A cat is on a couch."; with `relative`, "a cat that is on a couch"."""
     if noun.left_edge.i != 0 or noun.lower_ in FRAMES or _bare(noun) or _gerund(noun, lexicon) or \
             any(t.tag_.startswith("VB") for t in doc):
         return None
@@ -290,7 +304,7 @@ def _sentence_from_place(doc, noun, lexicon) -> Candidate | None:
     number = _number(noun, len(doc))
     if place is None or number is None or doc[place.i - 1].is_punct:
         return None
-    return _replaced(doc, place.i, place.i + 1, f"{number} {place.text}")
+    return _replaced(doc, place.i, place.i + 1, " ".join(filter(None, (relative, number, place.text))))
 
 
 def _place_from_sentence(doc, be) -> Candidate | None:

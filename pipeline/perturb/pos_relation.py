@@ -19,11 +19,11 @@ nothing after the second thing but its own words, a place or a time.
 from __future__ import annotations
 
 from pipeline.perturb.candidates import Candidate, make_candidate
-from pipeline.perturb.phrases import FRAMES, NOUN_TAGS, determined, first_piece_cased, frame_end, gerund, \
+from pipeline.perturb.phrases import NOUN_TAGS, determined, first_piece_cased, gerund, \
     misparsed, owner, phrase_text, plain_phrase, tail_text
 from pipeline.perturb.pos_clause import _number, _one_clause
 from pipeline.perturb.pos_voice import living, trailing_ok
-from pipeline.perturb.rule_data import structure_rules, swap_rules
+from pipeline.perturb.rule_data import positive_swaps, structure_rules, swap_rules
 from pipeline.perturb.substitution import stem, words
 
 RULE_CONVERSE = "rule_converse"
@@ -31,6 +31,8 @@ RULE_CONVERSE = "rule_converse"
 OPENING_BE = frozenset({"is", "are"})
 # Relations with an order: a phrase of the first thing that holds one leaves unknown which of the three is where.
 ROOM = "room.n.01"
+# Heads of a count of things ("a group of people"), more than one of them.
+COUNTED_BY = frozenset("group couple bunch herd flock crowd pair pile stack row line set collection team".split())
 # WordNet files of a thing data/swaps.json has no class for that may still hold something on or in it.
 UNCLASSED_HOLDERS = frozenset({"noun.artifact", "noun.food", "noun.location", "noun.object"})
 # Words of a participle that say how it stands, kept with it: "laying down on", "sitting alone on".
@@ -98,14 +100,14 @@ def _head_noun(doc, first: int, end: int):
 
 
 def _opening(doc, start: int, lexicon) -> bool:
-    """What stands before the first thing may stay there: nothing, "There is/are", a photo frame's "of", or a
-    scene's "with" ("A kitchen with a stove next to a refrigerator")."""
+    """What stands before the first thing may stay there: nothing, "There is/are", or a room's "with" ("A kitchen
+    with a stove next to a refrigerator"). Not a photo frame's "of": the frame is of its first thing, and the
+    rewrite would frame another (two readers: "a close up of a pizza on a table" is not "a close up of a table with
+    a pizza on it")."""
     if start == 0:
         return True
     before = [t.lower_ for t in doc[:start]]
     if before[0] == "there" and len(before) == 2 and before[1] in OPENING_BE:
-        return True
-    if len(before) >= 3 and before[-1] == "of" and doc[start - 2].lower_ in FRAMES:
         return True
     with_ = doc[start - 1]
     scene = with_.head
@@ -132,18 +134,22 @@ def related(doc, first: int, end: int, lexicon):
     if not all(_phrase_ok(doc, noun, s, e, lexicon) for noun, s, e in ((thing, a_start, a_end),
                                                                       (other, b_start, b_end))):
         return None
-    if any(t.dep_ == "prep" and (t.lower_ in ORDERED or t.lower_ == "with") for t in doc[a_start:a_end]):
+    if any((t.dep_ == "prep" and (t.lower_ in ORDERED or t.lower_ == "with")) or t.dep_ == "conj"
+           for t in doc[a_start:a_end]):
         return None  # "a person behind a table in front of many dishes", "a restaurant with red stools next to a
-        # bar": which of them the relation is said of is not known
+        # bar", "a refrigerator and a dish washer next to an oven": which the relation is said of is not known
     if not _tail_ok(doc, b_end):
         return None
     return (thing, (a_start, a_end)), (other, (b_start, b_end)), be
 
 
-def _phrase_ok(doc, noun, start: int, end: int, lexicon) -> bool:
+def _phrase_ok(doc, noun, start: int, end: int, lexicon, dressed: bool = False) -> bool:
     """A noun phrase that reads whole wherever it stands: determined, plain (phrases.plain_phrase), no verb (nor one
-    the parser read as a noun: "a dog pose in front of"), and no bare singular inside ("gifts on table")."""
+    the parser read as a noun: "a dog pose in front of"; with `dressed`, what a person wears may be said: "a man
+    wearing a hat"), and no bare singular inside ("gifts on table")."""
     tokens = doc[start:end]
+    if dressed:
+        tokens = [t for t in tokens if not _wearing(t, noun)]
     if any(t.tag_ == "NN" and any(c.dep_ == "compound" and living(c, lexicon) for c in t.lefts) and
            lexicon.lemma(t.lower_, "v") == t.lower_ and t.i + 1 < len(doc) and doc[t.i + 1].tag_ in ("IN", "RP")
            for t in tokens):
@@ -156,10 +162,25 @@ def _phrase_ok(doc, noun, start: int, end: int, lexicon) -> bool:
                 not any(c.dep_ in ("det", "poss", "nummod") for c in t.children) for t in tokens)
 
 
-def _placed(doc, start: int, end: int) -> bool:
+def _wearing(token, person) -> bool:
+    """The token is in the person's "wearing ..." clause ("a man wearing a red hat")."""
+    return any(a.dep_ == "acl" and a.head.i == person.i and a.lower_ in ("wearing", "dressed")
+               for a in [token, *token.ancestors])
+
+
+def _placed(doc, start: int, end: int, lexicon=None) -> bool:
     """The phrase has a place of its own ("a fence by a body of water"): moved before a relation, the place reads as
-    said of what follows it."""
-    return any(t.dep_ == "prep" and t.lower_ != "of" for t in doc[start:end])
+    said of what follows it. Given the lexicon, what a person is in ("a man in a red shirt") is no place."""
+    worn = [t for t in doc[start:end] if lexicon is not None and _worn_by(t, lexicon, end)]
+    return any(t.dep_ == "prep" and t.lower_ != "of" and t not in worn for t in doc[start:end])
+
+
+def _worn_by(prep, lexicon, end: int | None = None) -> bool:
+    """"in a red shirt", "in uniform": the clothes of the person the phrase is of (up to token `end`)."""
+    objects = [c for c in prep.children if c.dep_ == "pobj"]
+    return prep.lower_ == "in" and len(objects) == 1 and _class(prep.head, lexicon) == "person" and \
+        bool(lexicon.hypernym_names(objects[0].lower_) & positive_swaps().worn) and \
+        not any(t.dep_ == "prep" and t.i != prep.i and (end is None or t.i < end) for t in prep.subtree)
 
 
 def _tail_ok(doc, end: int) -> bool:
@@ -238,8 +259,9 @@ def _opens_caption(doc, noun, start: int) -> bool:
 def _plain_ground(doc, ground, start: int, end: int) -> bool:
     """The ground's phrase is a noun with its modifiers and at most one place of its own ("a couch in a living
     room"): "with a cat on it" then follows the place and still reads as said of the couch. No list, no clause."""
-    if any(t.dep_ in ("acl", "relcl", "cc", "conj") or t.tag_.startswith("VB") for t in doc[start:end]):
-        return False
+    if any(t.dep_ in ("acl", "relcl", "cc", "conj") or (t.tag_.startswith("VB") and t.dep_ != "amod")
+           for t in doc[start:end]):
+        return False  # a participle of the ground's may describe it ("a grass covered field")
     places = [c for c in ground.rights if c.dep_ == "prep" and c.lower_ != "of"]
     if not places:
         return not any(t.dep_ == "prep" and t.lower_ != "of" for t in doc[start:end])
@@ -249,6 +271,12 @@ def _plain_ground(doc, ground, start: int, end: int) -> bool:
         nouns[0].lower_ not in structure_rules().not_grounds and \
         any(c.dep_ in ("det", "poss", "nummod") for c in nouns[0].children) and \
         not any(t.dep_ == "prep" and t.i != place.i and t.lower_ != "of" for t in doc[start:end])
+
+
+def _plural(noun) -> bool:
+    """More than one thing: a plural, a count of things, or a list."""
+    return noun.tag_ == "NNS" or any(c.dep_ == "conj" for c in noun.children) or \
+        (noun.lower_ in COUNTED_BY and any(c.lower_ == "of" for c in noun.children))
 
 
 def _be_before(participle):
@@ -276,7 +304,13 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
         return None  # one head: "next" and "to" may both hang from "sitting"
     ground, head = objects[0], outside[0].head
     participle, be, form = None, None, None
-    if head.tag_ in ("VBZ", "VBP") and head.dep_ == "ROOT" and head.lower_ not in OPENING_BE:
+    if head.tag_ == "VBD" and head.dep_ == "ROOT" and not any(c.dep_ in ("aux", "auxpass") for c in head.children):
+        lemmas = [f for f in lexicon.wn._morphy(head.lower_, "v") if f in structure_rules().on_participles]
+        if not lemmas or inflector.verb(lemmas[0], "VBN") != head.lower_:
+            return None
+        # "Four computers arranged on a desk": the participle read as a past tense, its noun as the subject
+        participle, head = head, next((c for c in head.children if c.dep_ == "nsubj"), None)
+    elif head.tag_ in ("VBZ", "VBP") and head.dep_ == "ROOT" and head.lower_ not in OPENING_BE:
         lemmas = [f for f in lexicon.wn._morphy(head.lower_, "v") if f in structure_rules().on_participles]
         if not lemmas:
             return None
@@ -287,21 +321,21 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
         be = _be_before(participle)
         if be is not None or participle.dep_ == "ROOT":  # "A cat is sitting on a couch": the subject, "is" left out
             head = next((c for c in participle.children if c.dep_ in ("nsubj", "nsubjpass")), None)
-        elif participle.dep_ != "acl":
+        elif participle.dep_ not in ("acl", "xcomp", "advcl") or head.tag_ not in NOUN_TAGS:
             return None
     elif head.lower_ in OPENING_BE and head.dep_ == "ROOT" and head.i == first - 1:
         be, head = head, next((c for c in head.children if c.dep_ == "nsubj"), None)  # "A cat is on a couch"
     if head is None:
         return None
+    if head.dep_ == "pobj" and _worn_by(head.head, lexicon, first):
+        head = head.head.head  # "a man in a white suit standing ...": the parse hangs it from the suit
     head = owner(head)
     start, keep = head.left_edge.i, ""
     there = start == 2 and doc[0].lower_ == "there" and doc[1].lower_ in OPENING_BE and head.head.i == 1 and \
         head.dep_ == "attr" and be is None
     if there:  # "There is a cat sitting on a couch" -> "A couch with a cat sitting on it"
         be = doc[1]
-    elif start and _framed(doc, start):  # "A photo of a cat on a couch" -> "A photo of a couch with a cat on it"
-        keep = doc.text[:doc[start].idx]
-    elif start:
+    elif start:  # not after a photo frame: "a close up of a pizza on a table" frames the pizza, not the table
         return None
     if participle is not None and (not _participle_ok(participle, lexicon) or
                                    any(c.i not in ({t.i for t in outside} | {getattr(be, "i", -1)}) and c.dep_ not in
@@ -318,7 +352,8 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
         return None
     thing_end = be.i if be is not None and not there else participle.i if participle is not None else first
     if not all(t.i == head.i or head in t.ancestors for t in doc[start:thing_end]) or \
-            not _phrase_ok(doc, head, start, thing_end, lexicon) or _placed(doc, start, thing_end) or \
+            not _phrase_ok(doc, head, start, thing_end, lexicon, dressed=True) or \
+            _placed(doc, start, thing_end, lexicon) or \
             any(t.lower_ == "with" for t in doc[start:thing_end]):
         return None  # "a guy with a guitar on a bed" -> "a bed with a guy with a guitar on it"
     g_start, g_end = end, ground.right_edge.i + 1
@@ -328,6 +363,9 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
     if holding and _class(ground, lexicon) == "electronics" and living(head, lexicon) and \
             _class(head, lexicon) == "person":
         return None  # "a man on a laptop" is using it
+    if _plural(head) and (_plural(ground) or _class(ground, lexicon) == "sports"):
+        return None  # "two sandwiches on two plates" -> "two plates with two sandwiches on them" (two on each?);
+        # "four persons skating on the skate board" each on one
     if pronoun is None or ground.left_edge.i != g_start or not _phrase_ok(doc, ground, g_start, g_end, lexicon) or \
             not _opens_caption(doc, ground, g_start) or \
             not (_tail_ok(doc, g_end) or trailing_ok(doc, g_end, [participle or head], lexicon)) or \
@@ -342,11 +380,6 @@ def _ground_first(doc, first: int, end: int, holding: bool, lexicon, inflector) 
               (phrase_text(doc, first, end) + " " + pronoun, None)]
     texts = [t for t, _ in pieces] if keep else first_piece_cased(doc, pieces)
     return make_candidate(RULE_CONVERSE, doc.text, keep + " ".join(texts) + tail_text(doc, g_end))
-
-
-def _framed(doc, start: int) -> bool:
-    """The first thing follows a photo frame's "of" ("A close up photo of a cat ..."): the frame stays in front."""
-    return start == frame_end(doc)
 
 
 def _ground_last(doc, lexicon) -> Candidate | None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections import Counter
 
 from pipeline.perturb.candidates import Candidate, make_candidate
-from pipeline.perturb.phrases import FRAMES, NOUN_TAGS, determined, first_piece_cased, frame_end, gerund, \
+from pipeline.perturb.phrases import FRAMES, NOUN_TAGS, determined, first_piece_cased, gerund, \
     misparsed, of_object, phrase_text, plain_phrase, subtree_range, tail_text
 from pipeline.perturb.lexicon import kind_of
 from pipeline.perturb.pos_clause import AMBIGUOUS_NUMBER, ANIMATE, COUNTS, FINITE, _aux_before, _number, _one_clause
-from pipeline.perturb.rule_data import structure_rules, swap_rules
+from pipeline.perturb.rule_data import positive_swaps, structure_rules, swap_rules
 from pipeline.perturb.substitution import stem, words
 
 RULE_VOICE = "rule_voice"
@@ -34,6 +34,10 @@ PLACE_PREPOSITIONS = frozenset("""in on at near under beside behind above below 
 along across around over through down up into onto during next front top""".split())
 PLACE_CLASSES = frozenset({"terrain", "building", "furniture", "fixture", "fixture_outdoor", "plant"})
 PLACE_LEXNAMES = frozenset({"noun.location", "noun.object", "noun.phenomenon", "noun.time", "noun.event"})
+# Adverbs that may stay after the act ("together", "downhill"); any other ("overhead", "behind") is left alone.
+STILL_ADVERBS = frozenset("together outside outdoors inside indoors downhill uphill alone".split())
+# Places no agent is in ("the people in the sky"): a phrase after the object that names one was the object's.
+SKY = frozenset({"sky", "skies", "air", "clouds"})
 # A bare singular object reads whole where it names a stuff, not a thing ("eating pizza" -> "pizza eaten by").
 MASS_LEXNAMES = frozenset({"noun.food", "noun.substance", "noun.plant"})
 # Things a caption names that do nothing themselves: "a statue of two people flying a kite".
@@ -72,6 +76,8 @@ def _object_fits(lemma: str, obj, lexicon) -> bool:
     """The object is of a kind the verb takes in the sense listed ("walking a dog", "playing a guitar")."""
     rules = structure_rules()
     word = lexicon.noun_lemma(obj.lower_, obj.tag_ == "NNS") or obj.lower_
+    if word in rules.voice_not_objects.get(lemma, ()) or obj.lower_ in rules.voice_not_objects.get(lemma, ()):
+        return False  # "skis ridden by a man"
     if lemma in rules.voice_objects:
         kind = swap_rules().object_class(word, lexicon.noun_class(word), lexicon.hypernym_names(word))
         if kind not in rules.voice_objects[lemma]:
@@ -124,6 +130,11 @@ def trailing_ok(doc, start: int, heads, lexicon) -> bool:
         if t.head.i in ids and (t.dep_ not in TRAILING or (t.dep_ != "punct" and _relation(t) and
                                                            not _place(t, lexicon))):
             return False
+        if t.head.i in ids and t.dep_ in ("advmod", "npadvmod") and not _relation(t) and \
+                t.lower_ not in STILL_ADVERBS:
+            return False  # "a brown horse carrying people behind": whose "behind" is not known once moved
+        if t.lower_ in SKY:
+            return False  # "kites flown by people in the sky": the place was the kites'; after "by", the people's
         if not any(a.i in ids for a in t.ancestors):
             return False
     return True
@@ -156,7 +167,7 @@ def agent_phrase(doc, verb, subject_end: int, lexicon, start: int = 0):
     little girl standing in a forest" holding an umbrella); None where the act may be another thing's ("a man next
     to a woman holding an umbrella") or the phrase reads cut ("A woman smiling and", "... while")."""
     if subject_end <= start or doc[subject_end - 1].is_punct or doc[subject_end - 1].tag_.startswith("RB") or \
-            doc[subject_end - 1].tag_ in ("CC", "DT", "IN", "TO") or \
+            doc[subject_end - 1].tag_ in ("CC", "DT", "IN", "TO") or _some_of_them(doc, start, subject_end) or \
             any(t.dep_ in ("mark", "advmod") or (t.dep_ == "cc" and t.head.tag_ not in NOUN_TAGS)
                 for t in doc[start:subject_end]):
         return None
@@ -170,8 +181,8 @@ def agent_phrase(doc, verb, subject_end: int, lexicon, start: int = 0):
     alive = living(agent, lexicon)
     lemma = voice_lemma(verb.lower_, lexicon)
     for t in chain[1:k]:
-        if of_object(t):
-            continue  # "a group of people flying kites": the people are the group
+        if of_object(t) or _clothes(t, lexicon):
+            continue  # "a group of people flying kites": the people are the group; "a man in a uniform holding"
         if t.tag_ in NOUN_TAGS and (not alive or living(t, lexicon) or
                                     lemma in structure_rules().thing_agents):
             return None  # "a man next to a woman holding ...", "people near a lot holding motorcycles": the parse
@@ -183,20 +194,35 @@ def agent_phrase(doc, verb, subject_end: int, lexicon, start: int = 0):
     return agent
 
 
+def _some_of_them(doc, start: int, end: int) -> bool:
+    """The phrase singles out some of its things ("two children one holding a bear", "three people and one is",
+    "one of which"): what follows is said of one of them, not of the phrase."""
+    return any(t.lower_ in ("which", "whom", "each") or (t.lower_ == "one" and (t.i + 1 >= len(doc) or
+                                                                             doc[t.i + 1].tag_ not in NOUN_TAGS))
+               for t in doc[start:end])
+
+
+def _clothes(token, lexicon) -> bool:
+    """What a person is "in" ("a man in a baseball uniform"): it does nothing of its own."""
+    return token.dep_ == "pobj" and token.head.lower_ == "in" and \
+        bool(lexicon.hypernym_names(token.lower_) & positive_swaps().worn)
+
+
 def subject_phrase(doc, subject, end: int, start: int = 0) -> bool:
     """Tokens [start, end) are the subject's phrase: it begins the caption (or follows its opening) and nothing of
     the verb's is inside."""
     return subject.left_edge.i == start and end > start and \
         all(t.i == subject.i or subject in t.ancestors for t in doc[start:end]) and \
-        not doc[end - 1].is_punct and not doc[end - 1].tag_.startswith("RB")
+        not doc[end - 1].is_punct and not doc[end - 1].tag_.startswith("RB") and not _some_of_them(doc, start, end)
 
 
 def opening(doc) -> tuple[int, str | None]:
     """Where the first thing of the caption starts, after an opening that stays in place: (2, "is"/"are") after
-    "There is/are", the token after a photo frame's "of" ("A close up photo of ..."), else (0, None)."""
+    "There is/are", else (0, None). Not after a photo frame: "a close up of a child holding a banana" is not "a close
+    up of a banana held by a child" (two readers: the photo's subject changes)."""
     if len(doc) > 2 and doc[0].lower_ == "there" and doc[1].lower_ in ("is", "are"):
         return 2, doc[1].lower_
-    return frame_end(doc), None
+    return 0, None
 
 
 def _passive(doc, verb, lexicon) -> list[str] | None:
@@ -246,7 +272,9 @@ def _passive(doc, verb, lexicon) -> list[str] | None:
     if there is not None and _number_of(obj) != there:
         return None  # "There is a man holding two umbrellas" -> "There is two umbrellas held by a man"
     verb_words = participle + "".join(" " + p.lower_ for p in particles)
-    forms = [verb_words] if kind != "simple" else []  # "A man is riding a horse" -> "A horse ridden by a man" too
+    # "A man is riding a horse" -> "A horse ridden by a man" too; "a pizza eaten by a girl" reads as done: "being"
+    bare = f"being {verb_words}" if lemma in structure_rules().in_progress else verb_words
+    forms = [bare] if kind != "simple" else []
     if kind != "participle":
         be = _number_of(obj)
         if be is not None:
@@ -265,8 +293,8 @@ def object_range(obj, lexicon) -> tuple[int, int] | None:
     """[start, end) of the object's phrase: its left modifiers and "of" phrases ("a plate of food"); a place after
     it ("a racket on a tennis court") is left where it stands, said of the whole act."""
     span = subtree_range(obj)
-    if span is None:
-        return None
+    if span is None or sum(t.lower_ == "of" for t in obj.doc[span[0]:span[1]]) > 1:
+        return None  # "the inside of the curve of a wave ridden by": which the act is said of is not known
     places = [c for c in obj.rights if _relation(c) and c.lower_ != "of"]
     if not places:
         return span

@@ -228,6 +228,8 @@ class StructureRules:
     participle_lemmas: dict[str, str]          # past participle -> its verb lemma
     voice_objects: dict[str, frozenset[str]]   # verb lemma -> the object classes it takes (absent: any)
     voice_synsets: dict[str, frozenset[str]]   # verb lemma -> WordNet synsets its object must descend from
+    voice_not_objects: dict[str, frozenset[str]]  # verb lemma -> objects its passive does not take ("skis")
+    in_progress: frozenset[str]                # verbs whose bare participle reads as a result: "being eaten"
     symmetric: tuple[tuple[str, ...], ...]
     converse: dict[tuple[str, ...], tuple[str, ...]]
     comparable: dict[str, int]                 # object class -> its group
@@ -256,6 +258,8 @@ def structure_rules() -> StructureRules:
         participle_lemmas={e["participle"]: v for v, e in verbs.items()},
         voice_objects={v: frozenset(e["objects"]) for v, e in verbs.items() if "objects" in e},
         voice_synsets={v: frozenset(e["synsets"]) for v, e in verbs.items() if "synsets" in e},
+        voice_not_objects={v: frozenset(e["not_objects"]) for v, e in verbs.items() if "not_objects" in e},
+        in_progress=frozenset(v for v, e in verbs.items() if e.get("in_progress")),
         symmetric=tuple(tuple(r) for r in raw["symmetric"]),
         converse={tuple(a): tuple(b) for a, b in raw["converse"]},
         comparable={c: i for i, group in enumerate(raw["comparable"]) for c in group},

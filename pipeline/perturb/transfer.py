@@ -61,6 +61,10 @@ def exchanged_phrases(caption: str, negative: str) -> tuple[tuple[str, ...], tup
     return None
 
 
+# Words that point back at a phrase: once two phrases are exchanged, they point at the other one.
+PRONOUNS = frozenset({"it", "them", "him", "her", "its", "their", "his", "itself", "themselves"})
+
+
 def _find(tokens: list, phrase: tuple[str, ...]) -> list[int]:
     n = len(phrase)
     words = [_norm(t.text) for t in tokens]
@@ -72,8 +76,8 @@ def exchange_in(text: str, a: tuple[str, ...], b: tuple[str, ...]) -> str | None
     each kept, an a/an before each agreeing with what now follows it, the sentence capital at the start."""
     tokens = _words(text)
     found_a, found_b = _find(tokens, a), _find(tokens, b)
-    if len(found_a) != 1 or len(found_b) != 1:
-        return None
+    if len(found_a) != 1 or len(found_b) != 1 or any(_norm(t.text) in PRONOUNS for t in tokens):
+        return None  # "lights with a glass in front of them": the pronoun would point at the other phrase
     (sa, ea), (sb, eb) = sorted([(found_a[0], found_a[0] + len(a)), (found_b[0], found_b[0] + len(b))])
     if ea > sb:
         return None

@@ -3,9 +3,14 @@
 Read from the hard_positives and train_negatives tables on disk (in --stage=all, the ones the chain just
 staged), as their folder's report.json records them: only tables made from the same captions file (its sha256),
 seed and input bounds are joined, and a shard is read only once it has the sha256 recorded for it (a changed one
-fails the run, naming it). The positive is the first of --positive_types the caption has, the
-negative the first of --negative_types (its negative 0). A caption with neither, or only one, is a discarded
-dead letter with the reason, so read = rows + discarded + rejected holds per captions file.
+fails the run, naming it). The positive is the first of --positive_types the caption has. The negative, with
+--negative_from=hard_positive (the default), is the caption's negative carried over to that positive
+(perturb/transfer.py), so that the two differ only by the negative's change: an exchange first (the positive's very
+words, only the structure differs), else an edit of the first of --negative_types, picked in two passes so that no
+word is brought in by the triples' negatives more often than taken out (pick_negative); where nothing carries over,
+or with --negative_from=caption, the first of --negative_types as written (its negative 0). A caption with neither,
+or only one, is a discarded dead letter with the reason, so read = rows + discarded + rejected holds per captions
+file.
 
 The rows written are scored for the shortcut they offer (pipeline/checks/separability.py): how often a text-only
 bag-of-words model picks the positive out of (positive, negative), and each out of its caption; the report's
