@@ -129,38 +129,51 @@ class LongLine:
 SKIP_CHUNK = 1 << 20
 
 
-def _skip_line(f) -> int:
-    """Reads past the rest of the current line in bounded chunks; the bytes read."""
+def _skip_line(f, most: int | None = None) -> tuple[int, bool]:
+    """Reads past the rest of the current line in bounded chunks, or past `most` bytes of it, whichever comes
+    first: (the bytes read, whether the line's end was reached)."""
     skipped = 0
-    while True:
-        chunk = f.readline(SKIP_CHUNK)
+    while most is None or skipped < most:
+        chunk = f.readline(SKIP_CHUNK if most is None else min(SKIP_CHUNK, most - skipped))
         skipped += len(chunk)
         if not chunk or chunk.endswith(b"\n"):
-            return skipped
+            return skipped, True
+    return skipped, False
+
+
+def _record(line: bytes) -> bytes:
+    """A line without its line break (LF, or CRLF): the terminator is no part of the record or of its size."""
+    return line.removesuffix(b"\n").removesuffix(b"\r")
 
 
 def bounded_lines(f, start: int, end: int, limit: int):
     """(byte offset, line without its line break, or LongLine) for each line of the binary file f that begins in
     [start, end): a range owns the line that begins in it, so ranges split a file exactly. No line is held
-    longer than `limit` bytes, however long it is (a 500 MB line is read past in 1 MiB chunks)."""
+    longer than `limit` bytes, however long it is (a 500 MB line is read past in 1 MiB chunks); `limit` bounds
+    the record, not its line break (LF or CRLF alike). A range reads at most its own bytes to find its first
+    line: a line under way at its start that runs past its end is its owner's (read once, by the range it begins
+    in), not read again by every range it spans (a 3 GiB line read 48 times was quadratic)."""
     position = start
     if start > 0:  # the line under way belongs to the range before
         f.seek(start - 1)
-        position = start - 1 + _skip_line(f)
+        skipped, ended = _skip_line(f, end - start + 1)
+        position = start - 1 + skipped
+        if not ended:  # no line begins in [start, end)
+            return
     else:
         f.seek(0)
     while position < end:
         offset = position
-        line = f.readline(limit + 1)
+        line = f.readline(limit + 2)  # the record, and its CRLF
         if not line:
             return
         position += len(line)
-        if len(line) > limit and not (len(line) == limit + 1 and line.endswith(b"\n")):
+        if len(_record(line)) > limit:
             if not line.endswith(b"\n"):
-                position += _skip_line(f)
+                position += _skip_line(f)[0]
             yield offset, LongLine(position - offset)
             continue
-        yield offset, line.rstrip(b"\n").removesuffix(b"\r")
+        yield offset, _record(line)
 
 
 def read_text(path: str, version: tuple = ()) -> str:
