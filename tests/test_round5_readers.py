@@ -29,6 +29,88 @@ def raw_records(path, fmt: str, start: int = 0, end: int | None = None, **column
     return list(corpus._raw_records(unit, corpus.Columns(**columns)))
 
 
+# ------------------------------------------------------------------------------------------- webdataset tars
+
+def sample_tar(n: int) -> tuple[bytes, list[int]]:
+    """An uncompressed webdataset tar of n samples (k.jpg, k.txt, k.json) as Python's tarfile writes it (two zero
+    blocks, then zeros to a 10 KiB record), and the byte offset of each sample's first header."""
+    raw, starts = io.BytesIO(), []
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for r in rows(n):
+            starts.append(raw.tell())
+            for suffix, data in (("jpg", b"\xff\xd8 not decoded"), ("txt", r["caption"].encode()),
+                                 ("json", json.dumps({"url": r["url"]}).encode())):
+                info = tarfile.TarInfo(f"{r['key']}.{suffix}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue(), starts
+
+
+def damaged(data: bytes, at: int) -> bytes:
+    """The tar with the checksum of the header at `at` broken (one 512-byte header damaged)."""
+    out = bytearray(data)
+    out[at + 148:at + 156] = b"0000000\0"
+    return bytes(out)
+
+
+def tar_cases() -> dict[str, tuple[bytes, int, str]]:
+    """name -> (tar bytes, samples given, what the bad_tar says)."""
+    data, starts = sample_tar(8)
+    half, _ = sample_tar(4)
+    end_of_members = len(data) - len(data.rstrip(b"\0"))  # the zeros after the last member
+    last = len(data) - end_of_members
+    last += -last % 512
+    return {
+        # M1: sample 5's first header damaged: tarfile stopped there without a word, 3 of 8 samples lost
+        "damaged_header": (damaged(data, starts[5]), 4, "a damaged header"),
+        # M2: cut at a header boundary (a writer killed between members)
+        "cut_between_members": (data[:starts[6]], 5, "without an end-of-archive marker"),
+        "cut_inside_a_header": (data[:starts[6] + 100], 5, "inside the header"),
+        "one_zero_block": (data[:last + 512], 8, "one zero block of two"),
+        # M3: two tars written one after the other (cat a.tar b.tar): the second one's samples were never read
+        "two_tars": (half + half, 4, "data after the end-of-archive marker"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(tar_cases()))
+def test_m1_m2_m3_a_tar_that_does_not_end_as_a_tar_ends_in_bad_tar(tmp_path, case):
+    """cd18f06: tarfile's next() returns None, silently, at a damaged header, at a file cut short between members
+    and at the first end-of-archive marker; 20 of 30 samples (M1), the last samples of a cut tar (M2) and a whole
+    second tar (M3) vanished, exit 0, balanced. Now the samples before the damage are read and the rest is one
+    bad_tar saying what is wrong; the sample under way where a tar is cut or damaged may lack members, and is part
+    of the bad_tar."""
+    data, given, says = tar_cases()[case]
+    path = tmp_path / "00000.tar"
+    path.write_bytes(data)
+    found = raw_records(path, "webdataset")
+    assert [raw["key"] for _, raw in found[:-1]] == KEYS[:given]
+    assert isinstance(found[-1][1], Reject) and found[-1][1].reason == "bad_tar"
+    assert says in found[-1][1].detail
+    # the trainer's index reads the same samples (the key of a sample past the damage gives no image)
+    assert [key for key, *_ in tar_images(str(path))] == KEYS[:given]
+
+
+def test_m1_a_tar_that_ends_as_a_tar_is_read_whole(tmp_path):
+    """Python's and GNU tar's end (two zero blocks, then zeros to the record), and an empty tar: no bad_tar."""
+    data, _ = sample_tar(8)
+    for name, body in (("python", data), ("padded", data + b"\0" * 20480), ("empty", b"\0" * 10240)):
+        (tmp_path / f"{name}.tar").write_bytes(body)
+        found = raw_records(tmp_path / f"{name}.tar", "webdataset")
+        assert not any(isinstance(raw, Reject) for _, raw in found), (name, found[-1])
+        assert len(found) == (0 if name == "empty" else 8)
+
+
+def test_m1_a_damaged_tar_is_accounted_for_in_the_report(tmp_path):
+    data, starts = sample_tar(8)
+    (tmp_path / "00000.tar").write_bytes(damaged(data, starts[5]))
+    out = tmp_path / "out"
+    assert run(out, f"--captions={tmp_path}/00000.tar") == 0
+    assert section(out)["read"] == 5 and section(out)["balanced"]
+    assert section(out)["reject_reasons"] == {"bad_tar": 1}
+    [letter] = rows_of(out, "rejected")
+    assert "byte" in letter["detail"] and repr(KEYS[4]) in letter["detail"]
+
+
 # ---------------------------------------------------------------------------------------- fields and lines
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])

@@ -83,15 +83,75 @@ def regular(member: tarfile.TarInfo) -> bool:
     return member.isreg() and not member.issparse()
 
 
+class _WatchedHeader(tarfile.TarInfo):
+    """A TarInfo that notes on its tar why a header did not parse: tarfile's next() returns None, silently, for a
+    damaged header (a bad checksum), a file that ends at or inside a header and an end-of-archive block alike, so
+    only the reason tells a tar that ended from one cut short (tar_samples)."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            return super().fromtarfile(tar)
+        except tarfile.HeaderError as e:
+            tar.hardpos_stop = e
+            raise
+
+
+ZERO_CHUNK = 1 << 16
+
+
+def _check_end(tar: tarfile.TarFile, stop: Exception | None) -> None:
+    """tarfile.ReadError unless the tar ended as a tar does: an end-of-archive marker (two zero blocks) where its
+    next header would be, and nothing but zeros after it (a record's padding). tarfile stops without a word at a
+    damaged header, at a file cut short between members, and at the first end-of-archive marker of two tars
+    written one after the other: the members after any of these were lost, and the read looked complete."""
+    at = f"byte {tar.offset:,}"
+    if isinstance(stop, tarfile.EmptyHeaderError):
+        raise tarfile.ReadError(f"the file ends at {at}, between members, without an end-of-archive marker: cut short")
+    if isinstance(stop, tarfile.TruncatedHeaderError):
+        raise tarfile.ReadError(f"the file ends inside the header at {at}: cut short")
+    if stop is not None and not isinstance(stop, tarfile.EOFHeaderError):
+        raise tarfile.ReadError(f"a damaged header at {at} ({stop}): what follows it is not read")
+    zeros = 0  # after the first zero block (read by tarfile)
+    while True:
+        chunk = tar.fileobj.read(ZERO_CHUNK)
+        if not chunk:
+            break
+        if chunk.count(0) != len(chunk):
+            first = zeros + len(chunk) - len(chunk.lstrip(b"\0"))
+            raise tarfile.ReadError(f"data after the end-of-archive marker at {at} (from byte "
+                                    f"{tar.offset + tarfile.BLOCKSIZE + first:,}; two tars written one after "
+                                    f"the other?): not read")
+        zeros += len(chunk)
+    if zeros < tarfile.BLOCKSIZE:
+        raise tarfile.ReadError(f"the file ends in the end-of-archive marker at {at} (one zero block of two): cut "
+                                f"short")
+
+
 def tar_samples(tar: tarfile.TarFile, keep=lambda member: False):
     """The samples of a tar in order (a folder entry belongs to none), with the bytes of each member `keep`
     accepts read as it passes (a tar read as a stream cannot go back for them; keep must bound their size). The
-    members read so far are forgotten as the tar goes on: a tar of millions of members is never held."""
+    members read so far are forgotten as the tar goes on: a tar of millions of members is never held.
+    tarfile.ReadError where the tar does not end as a tar does (cut short, a damaged header, data after its
+    end-of-archive marker): the samples before it are given, and the sample under way, whose members may go on
+    past the damage, is not."""
     sample = None
+    tar.tarinfo, tar.hardpos_stop = _WatchedHeader, None
     while True:
         member = tar.next()
         if member is None:
-            break
+            # an empty tar's first header was read when it was opened: its zero block, or it would not open
+            stop = tar.hardpos_stop if tar.offset else None
+            ended = stop is None or isinstance(stop, tarfile.EOFHeaderError)
+            if sample is not None and ended:
+                yield sample  # an end-of-archive block: the last sample is whole (cut short, it may not be)
+            try:
+                _check_end(tar, stop)
+            except tarfile.ReadError as e:
+                if sample is None or ended:
+                    raise
+                raise tarfile.ReadError(f"{e}; the sample under way, {sample.key!r:.80}, is not given") from None
+            return
         tar.members = []  # tarfile keeps every member it has read; only the current sample is needed
         if member.isdir():
             continue
@@ -105,8 +165,6 @@ def tar_samples(tar: tarfile.TarFile, keep=lambda member: False):
         sample.members.append(member)
         if regular(member) and keep(member):
             sample.data[member.name] = tar.extractfile(member).read()
-    if sample is not None:
-        yield sample
 
 
 # A .json member read for the image's URL, which the trainer checks against the row's (img2dataset writes a few

@@ -631,7 +631,7 @@ def _tar_records(f, unit: Unit, columns: Columns, bounds: InputBounds):
                 yield ordinal, _sample_record(sample, columns, unit.file.name, bounds)
                 ordinal += 1
     except (tarfile.TarError, OSError, EOFError) as e:
-        yield ordinal, Reject("bad_tar", f"{unit.file.name} after sample {ordinal}: {str(e)[:200]}")
+        yield ordinal, Reject("bad_tar", f"{unit.file.name} after sample {ordinal}: {str(e)[:300]}")
 
 
 def _sample_record(sample, columns: Columns, tar_name: str, bounds: InputBounds):
