@@ -111,6 +111,26 @@ def test_m1_a_damaged_tar_is_accounted_for_in_the_report(tmp_path):
     assert "byte" in letter["detail"] and repr(KEYS[4]) in letter["detail"]
 
 
+# --------------------------------------------------------------------------------------- keys and file names
+
+def test_m21_a_key_in_a_coco_file_and_a_jsonl_file_is_one_record(tmp_path):
+    """cd18f06 grouped records by example_id, ("coco", id) for a COCO file and ("captions", key) for the others:
+    the same key in both became two rows, 0 duplicate_key. A key is the corpus's, whatever the file's format."""
+    records = rows(6)
+    images = [{"id": 100 + i, "file_name": f"{100 + i:012d}.jpg"} for i in range(6)]
+    annotations = [{"id": 38 + i, "image_id": 100 + i, "caption": r["caption"]} for i, r in enumerate(records)]
+    (tmp_path / "a.json").write_text(json.dumps({"images": images, "annotations": annotations}))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "key": str(38 + i)}) + "\n"
+                                              for i, r in enumerate(records[:4])))
+    out = tmp_path / "out"
+    assert run(out, f"--captions={tmp_path}/a.json,{tmp_path}/b.jsonl") == 0
+    assert section(out)["read"] == 10 and section(out)["balanced"]
+    assert section(out)["reject_reasons"] == {"duplicate_key": 4}
+    assert {letter["source_file"] for letter in rows_of(out, "rejected")} == {"b.jsonl"}  # a.json's come first
+    made = rows_of(out, "train_negatives")
+    assert made and {r["source_file"] for r in made} == {"a.json"}
+
+
 # ---------------------------------------------------------------------------------------- fields and lines
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])

@@ -659,7 +659,7 @@ def _sample_record(sample, columns: Columns, tar_name: str, bounds: InputBounds)
 
 
 def _first_of_key(item):
-    """(example_id, records) -> the first record (by file and position) and the others as rejected letters."""
+    """(key, records) -> the first record (by file and position) and the others as rejected letters."""
     _, records = item
     records = sorted(records, key=lambda r: (r["source_file"], r["source_index"]))
     yield records[0]
@@ -695,7 +695,9 @@ class ReadCorpus(beam.PTransform):
                 for tag in TAGS}
         merged = {tag: pcolls | f"All{tag.title()}" >> beam.Flatten() for tag, pcolls in flat.items()}
         if len(self.files) > 1 or others:  # keys are the corpus's: one record per key across its files
-            unique = (spill.group_by_key(merged["records"] | "ByKey" >> beam.Map(lambda r: (r["example_id"], r)),
+            # by the key itself, not example_id: a COCO file's ("coco", id) and a JSONL file's ("captions", key)
+            # differ for the same key, and both records became rows
+            unique = (spill.group_by_key(merged["records"] | "ByKey" >> beam.Map(lambda r: (r["key"], r)),
                                          "GroupKeys")
                       | "FirstOfKey" >> beam.FlatMap(_first_of_key).with_outputs(REJECTED, main="records"))
             seen_again = unique[REJECTED] | "DuplicateLetters" >> beam.Map(self._duplicate)
