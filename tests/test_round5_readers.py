@@ -131,6 +131,20 @@ def test_m21_a_key_in_a_coco_file_and_a_jsonl_file_is_one_record(tmp_path):
     assert made and {r["source_file"] for r in made} == {"a.json"}
 
 
+def test_m24_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
+    """--captions=x.jsonl --captions=./x.jsonl (or a link to it): cd18f06 read the file twice, reported 24 read
+    of a 12-record file and rejected 12 of its records as duplicates of themselves."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows(12)))
+    os.symlink(path, tmp_path / "link.jsonl")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    assert run(out, f"--captions={path}", f"--captions={tmp_path}/./c.jsonl", "--captions=c.jsonl",
+               f"--captions={tmp_path}/link.jsonl") == 0
+    assert section(out)["read"] == 12 and section(out)["rejected"] == 0 and section(out)["balanced"]
+    assert list(section(out)["files"]) == ["c.jsonl"]
+
+
 # ---------------------------------------------------------------------------------------- fields and lines
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])

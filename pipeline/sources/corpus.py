@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import posixpath
 import tarfile
 from collections import Counter
@@ -167,13 +168,18 @@ def _list_files(opts) -> list[InputFile]:
                              f"{pattern}: no such file")
         for m in files:
             found.setdefault(m.path, (m.size_in_bytes, getattr(m, "last_updated_in_seconds", 0.0) or 0.0))
-    paths = sorted(found)
-    names = _display_names(paths)
-    out = []
-    for p in paths:
+    spellings: dict[tuple, list[str]] = {}  # a file by its identity: the paths that name it
+    for p in sorted(found):
         problem = regular_file_problem(p)
         if problem:
             raise UsageError(f"{flag}: {p}: {problem}")
+        spellings.setdefault(("url", p) if "://" in p else _local_identity(p), []).append(p)
+    # a file named twice (x.jsonl and ./x.jsonl, a link to it) is listed once: read twice, its records were
+    # counted twice and rejected as duplicates of themselves
+    paths = sorted(min(named, key=lambda p: (len(p), p)) for named in spellings.values())
+    names = _display_names(paths)
+    out = []
+    for p in paths:
         size, mtime = found[p]
         version = (size, mtime) if "://" in p else _local_version(p)
         if "://" not in p:
@@ -182,6 +188,15 @@ def _list_files(opts) -> list[InputFile]:
     for f in out:
         check_file(f, Columns.of(opts))
     return out
+
+
+def _local_identity(path: str) -> tuple:
+    """What tells a local file from another whatever its path is spelt: its device and inode."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror or e})") from None
+    return "local", st.st_dev, st.st_ino
 
 
 def _local_version(path: str) -> tuple:
