@@ -147,6 +147,27 @@ def test_m24_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------- fields and lines
 
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_m26_a_line_break_of_cr_alone_inside_a_body_line_is_refused_not_merged(tmp_path, suffix):
+    """A caption-only file (--id_column=caption) whose header ends in LF and whose body is in old-Mac CR line
+    breaks: cd18f06 checked only the header and made the 12 captions one record (and 2 negatives of it). That
+    line is now cr_line_break; the lines around it are read."""
+    path = tmp_path / f"c.{suffix}"
+    captions = [r["caption"].replace(",", "") for r in rows(12)]
+    path.write_bytes(("caption\n" + captions[0] + "\n" + "\r".join(captions[1:11]) + "\r\n" + captions[11]
+                      + "\n").encode())
+    found = raw_records(path, "csv", key="caption")
+    assert [n for n, _ in found] == [2, 3, 4]
+    assert [raw["caption"] for n, raw in found if n != 3] == [captions[0], captions[11]]
+    assert isinstance(found[1][1], Reject) and found[1][1].reason == "cr_line_break"
+
+
+def test_m26_the_whole_file_in_cr_line_breaks_is_refused_before_any_work(tmp_path, capsys):
+    write_csv(tmp_path / "c.csv", "key,caption", [f"{r['key']},x" for r in rows(3)], newline="\r")
+    assert run(tmp_path / "out", f"--captions={tmp_path}/c.csv") == 2
+    assert "CR alone" in one_error(capsys)
+
+
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
 def test_m33_the_line_break_does_not_count_toward_max_record_bytes(tmp_path, newline):
     """cd18f06 accepted a record of exactly --max_record_bytes with LF and rejected it as record_too_large with

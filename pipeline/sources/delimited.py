@@ -5,6 +5,8 @@ under a None key. The rules decide every line alone, so one bad line never costs
 
 - a record is one line (LF, a CR before it dropped), read through files.bounded_lines: past --max_record_bytes
   it is rejected unread (record_too_large); a blank line is no record; a UTF-8 BOM before the header is dropped;
+  a CR anywhere else in a line is a line break of CR alone (old Mac files), which would merge the records it
+  separates into one: that line is cr_line_break (a header line with one is refused before any work);
 - CSV (`,`): a field either holds no quote, or begins with one and ends with the quote just before the next comma
   or the line's end, a doubled quote inside standing for one. Anything else (a quote inside an unquoted field, text
   after a closing quote, a quote that does not close on its line, as a caption with a line break has) is
@@ -76,6 +78,10 @@ def _split_csv(line: str) -> list[str]:
 
 def record_of(header: list[str], line: str, delimiter: str) -> dict:
     """The record of one line, its fields by the header's names; Reject where the line breaks the rules."""
+    if "\r" in line:
+        raise Reject("cr_line_break", f"the line holds {line.count(chr(13)):,} CR not followed by LF (old Mac line "
+                                      f"breaks): the records they separate would be one; write the file with LF or "
+                                      f"CRLF")
     fields = split_line(line, delimiter)
     if len(fields) != len(header):
         raise Reject("wrong_field_count", f"{len(fields)} fields, the header has {len(header)} (an unquoted "
