@@ -168,6 +168,25 @@ def test_m26_the_whole_file_in_cr_line_breaks_is_refused_before_any_work(tmp_pat
     assert "CR alone" in one_error(capsys)
 
 
+def test_m27_a_null_img2dataset_status_is_not_a_success(tmp_path):
+    """cd18f06 took a null status (a row img2dataset never fetched) as success: the row became a training row, and
+    the trainer's parquet index gave it an image. Now it is unknown_status, and the index leaves it out."""
+    records = [{**r, "status": "success", "error_message": None} for r in rows(6)]
+    records[1]["status"] = records[4]["status"] = None
+    records[2].update(status="failed_to_download", error_message="HTTP Error 404")
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "00000.parquet")
+    out = tmp_path / "out"
+    assert run(out, f"--captions={tmp_path}/00000.parquet") == 0
+    assert section(out)["read"] == 6 and section(out)["balanced"]
+    assert section(out)["reject_reasons"] == {"unknown_status": 2}
+    assert section(out)["discard_reasons"].get("image_not_downloaded") == 1
+    assert fates(out)[KEYS[1]] == fates(out)[KEYS[4]] == ["unknown_status"]
+    assert "null" in next(letter["detail"] for letter in rows_of(out, "rejected"))
+    shards = [{**r, "jpg": b"\xff\xd8"} for r in records]
+    pq.write_table(pa.Table.from_pylist(shards), tmp_path / "shard.parquet")
+    assert [key for key, *_ in parquet_images(str(tmp_path / "shard.parquet"))] == [KEYS[0], KEYS[3], KEYS[5]]
+
+
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
 def test_m33_the_line_break_does_not_count_toward_max_record_bytes(tmp_path, newline):
     """cd18f06 accepted a record of exactly --max_record_bytes with LF and rejected it as record_too_large with

@@ -226,8 +226,8 @@ def image_column(schema: pa.Schema) -> str | None:
 
 def parquet_images(path: str) -> list[tuple[str, int, int, str | None]]:
     """(key, row group, row in it, url) of each row of a parquet shard that holds an image (status success where
-    the shard has img2dataset's status column; url its url column's, if any); ValueError when it has no key
-    column."""
+    the shard has img2dataset's status column: not null, as the corpus reader judges it; url its url column's, if
+    any); ValueError when it has no key column."""
     parquet = pq.ParquetFile(path)
     names = parquet.schema_arrow.names
     if "key" not in names:
@@ -237,8 +237,9 @@ def parquet_images(path: str) -> list[tuple[str, int, int, str | None]]:
     for group in range(parquet.num_row_groups):
         table = parquet.read_row_group(group, columns=columns)
         column = lambda name: table[name].to_pylist() if name in names else [None] * table.num_rows  # noqa: E731
-        for row, (key, status, url) in enumerate(zip(column("key"), column("status"), column("url"), strict=True)):
-            if key is not None and status in (None, "success"):
+        statuses = column("status") if "status" in names else ["success"] * table.num_rows
+        for row, (key, status, url) in enumerate(zip(column("key"), statuses, column("url"), strict=True)):
+            if key is not None and status == "success":  # a null status: an image img2dataset never fetched
                 url = url.strip() if isinstance(url, str) and url.strip() else None
                 found.append((str(key).strip(), group, row, url))
     return found

@@ -451,10 +451,11 @@ def normalise(raw, name: str, index: int, columns: Columns, bounds: InputBounds 
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a record, got {type(raw).__name__}")
     bounds.check_depth(raw)
-    status = raw.get("status") if download_status else None
-    if status is not None and status != "success":
+    status = raw.get("status") if download_status else "success"
+    if status != "success":  # a null status (a row img2dataset never fetched) is no success either
         if status not in DOWNLOAD_FAILED:
-            raise Reject("unknown_status", f"img2dataset status {str(status)[:40]!r} is none of success, "
+            shown = "null" if status is None else repr(printable(str(status))[:40])
+            raise Reject("unknown_status", f"img2dataset status {shown} is none of success, "
                                            f"{', '.join(DOWNLOAD_FAILED)}")
         raise Discard("image_not_downloaded", f"img2dataset status {status}: "
                                               f"{printable(str(raw.get('error_message') or ''))[:300]}")
