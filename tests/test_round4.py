@@ -141,17 +141,22 @@ def test_n5_a_line_past_max_record_bytes_is_rejected_unread_and_its_dead_letter_
 
 def test_n5_a_parquet_row_past_max_record_bytes_is_rejected_before_it_becomes_python_strings(tmp_path):
     """The same bound for a Parquet row's text cells; a cell of a type no column read may have (a list) is never
-    made into Python objects, and a dictionary-encoded text column (a pandas categorical) is still text."""
+    made into Python objects (its record is rejected as the wrong type: round 5's M32 made that bad_image, where
+    the list was dropped and the row kept), and a dictionary-encoded text column (a pandas categorical) is still
+    text."""
     records = rows(6)
     records[3]["caption"] = "a dog " * 1_000
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "a.parquet")
     pq.write_table(pa.table({"key": ["d1", "d2"], "caption": pa.array(CAPTIONS[:2]).dictionary_encode(),
-                             "url": pa.array([["http://a"], ["http://b"]])}), tmp_path / "b.parquet")
+                             "url": ["http://a", "http://b"]}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"key": ["d3"], "caption": CAPTIONS[2:3], "url": pa.array([["http://c"]])}),
+                   tmp_path / "c.parquet")
     out = tmp_path / "out"
     assert run(out, f"--captions={tmp_path}/*.parquet", "--max_record_bytes=1024") == 0
-    assert section(out)["read"] == 8 and section(out)["balanced"]
-    assert section(out)["reject_reasons"] == {"record_too_large": 1}
-    assert {"d1", "d2"} <= set(fates(out)) and fates(out)["d1"] == ["row"]
+    assert section(out)["read"] == 9 and section(out)["balanced"]
+    assert section(out)["reject_reasons"] == {"record_too_large": 1, "bad_image": 1}
+    assert {"d1", "d2"} <= set(fates(out)) and fates(out)["d1"] == ["row"] and fates(out)["d3"] == ["bad_image"]
+    assert "not read" in next(r["detail"] for r in rows_of(out, "rejected") if r["reason"] == "bad_image")
 
 
 def test_n5_lines_are_read_in_bounded_pieces(tmp_path):

@@ -187,6 +187,29 @@ def test_m27_a_null_img2dataset_status_is_not_a_success(tmp_path):
     assert [key for key, *_ in parquet_images(str(tmp_path / "shard.parquet"))] == [KEYS[0], KEYS[3], KEYS[5]]
 
 
+def test_m32_an_image_reference_of_the_wrong_type_is_rejected_not_dropped(tmp_path):
+    """url 12345, a list of two URLs, an object, true, "", 1.5, [""]: cd18f06 made rows of them with no image
+    reference (the trainer then matched them by key alone). Now bad_image; a null or missing url is no reference,
+    as an empty CSV field is; a Parquet list column is rejected too (never made into Python objects)."""
+    wrong = [12345, ["http://a/1.jpg", "http://a/2.jpg"], {"href": "http://a/1.jpg"}, True, "", "  ", 1.5, [""]]
+    records = rows(len(wrong) + 2)
+    for r, url in zip(records, wrong, strict=False):
+        r["url"] = url
+    records[-2]["url"] = None
+    del records[-1]["url"]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_csv(tmp_path / "b.csv", "key,caption,url", ["c1,A dog on a couch.,", "c2,A cat on a bed.,http://c/2.jpg"])
+    pq.write_table(pa.table({"key": ["p1"], "caption": ["A red car."], "url": pa.array([["http://p/1"]])}),
+                   tmp_path / "c.parquet")
+    out = tmp_path / "out"
+    assert run(out, f"--captions={tmp_path}/a.jsonl,{tmp_path}/b.csv,{tmp_path}/c.parquet") == 0
+    assert section(out)["read"] == len(records) + 3 and section(out)["balanced"]
+    assert section(out)["reject_reasons"] == {"bad_image": len(wrong) + 1}
+    got = fates(out)
+    assert all(got[KEYS[i]] == ["bad_image"] for i in range(len(wrong))) and got["p1"] == ["bad_image"]
+    assert "bad_image" not in got[KEYS[len(wrong)]] + got[KEYS[len(wrong) + 1]] + got["c1"] + got["c2"]
+
+
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
 def test_m33_the_line_break_does_not_count_toward_max_record_bytes(tmp_path, newline):
     """cd18f06 accepted a record of exactly --max_record_bytes with LF and rejected it as record_too_large with

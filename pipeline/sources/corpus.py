@@ -469,9 +469,11 @@ def normalise(raw, name: str, index: int, columns: Columns, bounds: InputBounds 
         raise Reject("invalid_utf8", f"{columns.key} has bytes that are not UTF-8")
     caption = bounds.caption(raw.get(columns.caption), "caption").strip()
     image = raw.get(columns.image)
-    image = image.strip() if isinstance(image, str) and image.strip() else None
-    if image is not None:
-        image = bounds.text(image, columns.image)
+    if image is not None:  # none given (no such column, null) is no image reference; a wrong one is not dropped
+        if not isinstance(image, str) or not image.strip():
+            raise Reject("bad_image", f"{columns.image} must be a non-empty string (a URL or a path), got "
+                                      f"{image!r:.80}")
+        image = bounds.text(image.strip(), columns.image)
     remote = image is not None and "://" in image
     return {"example_id": example_id(SOURCE, key), "source": SOURCE, "source_file": name, "source_index": index,
             "caption_id": None, "image_id": None, "key": key, "file_name": None if remote else image,
@@ -629,9 +631,13 @@ def _csv_records(f, unit: Unit, columns: Columns, bounds: InputBounds):
         if not text.strip():
             continue
         try:
-            yield number, delimited.record_of(header, text, delimiter)
+            record = delimited.record_of(header, text, delimiter)
         except Reject as skip:
             yield number, skip
+            continue
+        if record.get(columns.image) == "":  # CSV's only way to say none
+            record[columns.image] = None
+        yield number, record
 
 
 def _tar_records(f, unit: Unit, columns: Columns, bounds: InputBounds):
