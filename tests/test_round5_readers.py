@@ -231,6 +231,34 @@ def test_m33_the_line_break_does_not_count_toward_max_record_bytes(tmp_path, new
     assert [raw["key"] if isinstance(raw, dict) else raw.reason for raw in got] == ["k0", "record_too_large"]
 
 
+def test_m42_a_coco_file_naming_a_member_twice_is_refused_with_one_line(tmp_path, capsys):
+    """A hand-merged COCO file with "annotations" twice: json keeps the last, and cd18f06 lost the first 5
+    captions without a count. The file is refused (one line, exit 2), and where only a worker parses it (past
+    the launcher's 256 MiB) it is a malformed_file dead letter; an annotation or image entry naming a field twice
+    is repeated_field, never one of the two taken."""
+    images = [{"id": i, "file_name": f"{i}.jpg"} for i in range(4)]
+    first = [{"id": 10 + i, "image_id": i, "caption": r["caption"]} for i, r in enumerate(rows(2))]
+    second = [{"id": 20 + i, "image_id": 2 + i, "caption": r["caption"]} for i, r in enumerate(rows(2))]
+    text = (f'{{"images": {json.dumps(images)}, "annotations": {json.dumps(first)}, '
+            f'"annotations": {json.dumps(second)}}}')
+    (tmp_path / "c.json").write_text(text)
+    assert run(tmp_path / "out", f"--coco_captions={tmp_path}/c.json") == 2
+    assert "'annotations' twice" in one_error(capsys)
+    with pytest.raises(coco.InputFileError, match="annotations"):
+        coco.load_captions_file(str(tmp_path / "c.json"))
+    from pipeline.sources.files import fields_of
+
+    index = coco.image_index(json.loads('[{"id": 1, "file_name": "a.jpg", "file_name": "b.jpg"}, '
+                                        '{"id": 2, "file_name": "c.jpg"}]', object_pairs_hook=fields_of))
+    annotation = json.loads('{"id": 5, "image_id": 2, "caption": "a dog", "caption": "a cat"}',
+                            object_pairs_hook=fields_of)
+    for raw, images_of in ((annotation, index), ({"id": 6, "image_id": 1, "caption": "a dog"}, index)):
+        with pytest.raises(Reject) as e:
+            coco.normalise(raw, "c.json", images_of)
+        assert e.value.reason == "repeated_field"
+    assert coco.normalise({"id": 7, "image_id": 2, "caption": "a dog"}, "c.json", index)["file_name"] == "c.jpg"
+
+
 # ------------------------------------------------------------------------------------------------ read time
 
 def test_m43_a_line_spanning_many_ranges_is_read_once_not_once_per_range(tmp_path):

@@ -15,7 +15,7 @@ import apache_beam as beam
 
 from pipeline.io.dead_letters import REJECTED
 from pipeline.perturb.outcomes import Reject
-from pipeline.perturb.text import has_surrogates
+from pipeline.perturb.text import has_surrogates, printable
 from pipeline.records import example_id
 from pipeline.sources.files import (
     DEFAULT_BOUNDS,
@@ -28,6 +28,7 @@ from pipeline.sources.files import (
     problem_count,
     read_json,
     reject_letter,
+    repeated_name,
     require_file,
 )
 
@@ -41,9 +42,12 @@ def _is_int(value) -> bool:
 def load_captions_file(path: str, version: tuple = ()) -> tuple[list, list]:
     """(images, annotations) of a COCO captions file, or InputFileError naming what is wrong; InputChanged where
     it is not `version` (files.opened_as_planned)."""
-    data = read_json(path, version)
+    data = read_json(path, version, names_once=True)
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a COCO captions object, found a JSON {type(data).__name__}")
+    if repeated_name(data) is not None:  # json keeps the last: a hand-merged file's first annotations were lost
+        raise InputFileError(f"{path}: its object names {printable(repeated_name(data))[:80]!r} twice: which one "
+                             f"holds the captions cannot be told; merge them into one")
     for field in ("images", "annotations"):
         if not isinstance(data.get(field), list):
             raise InputFileError(f"{path}: not a COCO captions file (no '{field}' list)")
@@ -68,6 +72,7 @@ class ImageIndex(dict):
     def __init__(self):
         super().__init__()
         self.duplicates: dict[int, int] = {}
+        self.repeated: dict[int, str] = {}  # id -> the field its entry names twice (which one is meant: not told)
 
 
 def image_index(images: list) -> ImageIndex:
@@ -77,7 +82,9 @@ def image_index(images: list) -> ImageIndex:
         if not (isinstance(image, dict) and _is_int(image.get("id"))):
             continue
         seen[image["id"]] += 1
-        if isinstance(image.get("file_name"), str):
+        if repeated_name(image) is not None:
+            index.repeated[image["id"]] = repeated_name(image)
+        elif isinstance(image.get("file_name"), str):
             url = image.get("coco_url")
             index[image["id"]] = {"file_name": image["file_name"], "image_url": url if isinstance(url, str) else None}
 
@@ -90,6 +97,9 @@ def image_index(images: list) -> ImageIndex:
 def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
+    if repeated_name(raw) is not None:
+        raise Reject("repeated_field", f"field {printable(repeated_name(raw))[:80]!r} appears twice; which one "
+                                       f"holds it cannot be told")
     caption_id = raw.get("id")
     if not _is_int(caption_id):
         raise Reject("bad_id", f"caption annotation id must be an integer, got {caption_id!r:.40}")
@@ -101,6 +111,9 @@ def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = D
     if image_id in images.duplicates:
         raise Reject("duplicate_image_id", f"image_id {image_id} is listed {images.duplicates[image_id]} times in "
                                            f"the file's images")
+    if image_id in images.repeated:
+        raise Reject("repeated_field", f"image {image_id}'s entry names {printable(images.repeated[image_id])[:80]!r} "
+                                       f"twice; which one holds it cannot be told")
     image = images.get(image_id)
     if image is None:
         raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")

@@ -42,11 +42,13 @@ from pipeline.sources.files import (
     InputChanged,
     LongLine,
     bounded_lines,
+    fields_of,
     local_version,
     opened_as_planned,
     problem_count,
     regular_file_problem,
     reject_letter,
+    repeated_name,
 )
 
 SOURCE = "captions"
@@ -577,29 +579,16 @@ def _parquet_records(f, unit: Unit, columns: Columns, bounds: InputBounds):
 BOM = b"\xef\xbb\xbf"
 
 
-class _Fields(dict):
-    """A JSON object as parsed, with the first name it gives twice (json.loads keeps the last silently)."""
-
-    repeated: str | None = None
-
-
-def _fields(pairs: list) -> _Fields:
-    fields = _Fields(pairs)
-    if len(fields) != len(pairs):
-        fields.repeated = next(name for name, n in Counter(name for name, _ in pairs).items() if n > 1)
-    return fields
-
-
 def parse_object(data: bytes, what: str):
     """A JSON record as parsed, or the Reject of one that is not JSON or names a field twice."""
     text = data.decode("utf-8", errors="surrogateescape").strip()
     try:
-        value = json.loads(text, object_pairs_hook=_fields)
+        value = json.loads(text, object_pairs_hook=fields_of)
     except (ValueError, RecursionError) as e:
         return Reject("not_json", f"{what}: {str(e)[:200]}")
-    if isinstance(value, _Fields) and value.repeated is not None:
-        return Reject("repeated_field", f"{what}: field {printable(value.repeated)[:80]!r} appears twice; which "
-                                        f"one holds it cannot be told")
+    if repeated_name(value) is not None:
+        return Reject("repeated_field", f"{what}: field {printable(repeated_name(value))[:80]!r} appears twice; "
+                                        f"which one holds it cannot be told")
     return value
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
@@ -214,16 +215,40 @@ def _flatten_deep(text: str, limit: int) -> str:
     return "".join(out)
 
 
-def read_json(path: str, version: tuple = ()):
-    """The file's JSON value, or InputFileError naming the path, the position and whether it looks truncated."""
+class Fields(dict):
+    """A JSON object as parsed, with the first name it gives twice (json.loads keeps the last silently)."""
+
+    repeated: str | None = None
+
+
+def fields_of(pairs: list) -> dict:
+    """json's object_pairs_hook: the object, a Fields saying which name it gives twice where it repeats one (a plain
+    dict otherwise: a COCO file's 600,000 annotations stay plain dicts)."""
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        fields = Fields(fields)
+        fields.repeated = next(name for name, n in Counter(name for name, _ in pairs).items() if n > 1)
+    return fields
+
+
+def repeated_name(value) -> str | None:
+    """The name a JSON object parsed with fields_of gives twice, else None."""
+    return value.repeated if isinstance(value, Fields) else None
+
+
+def read_json(path: str, version: tuple = (), names_once: bool = False):
+    """The file's JSON value, or InputFileError naming the path, the position and whether it looks truncated.
+    `names_once`: an object that gives a name twice is a Fields saying which (repeated_name): a reader must not
+    take one of the two silently, as json does (it keeps the last)."""
     text = read_text(path, version)
+    hook = {"object_pairs_hook": fields_of} if names_once else {}
     try:
         try:
-            return json.loads(text)
+            return json.loads(text, **hook)
         except RecursionError:
             # Records nested deeper than the parser can go: flattened below every allowed depth (+2 for the list
             # and the object around a record), they are rejected one by one, never the file.
-            return json.loads(_flatten_deep(text, JSON_DEPTH_LIMIT + 2))
+            return json.loads(_flatten_deep(text, JSON_DEPTH_LIMIT + 2), **hook)
     except json.JSONDecodeError as e:
         # An unterminated string or an error at the very end means the input stopped mid-record.
         truncated = e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip())
