@@ -34,11 +34,33 @@ class RequestFailed(Exception):
         self.retry, self.status = retry, status
 
 
+class KeyProblem(ValueError):
+    """OPENAI_API_KEY cannot be sent as a header; the message names the problem, never the key."""
+
+
+def key_problem(key: str) -> str | None:
+    """Why the key cannot go in an Authorization header, or None. A key is printable ASCII with no space: a CR or
+    LF would end the header (h11 refused it, quoting the key in its error), a non-ASCII character cannot be encoded
+    (httpx raised UnicodeEncodeError). Names the character's kind and place, never the key."""
+    for i, c in enumerate(key, 1):
+        if not "\x21" <= c <= "\x7e":
+            what = {"\r": "a carriage return (a key read from a file with Windows line ends?)",
+                    "\n": "a line feed (a key read with its line end?)", " ": "a space", "\t": "a tab"}.get(c) or (
+                "a control character" if c < " " or c == "\x7f" else "a character that is not ASCII")
+            return (f"OPENAI_API_KEY holds {what} at character {i} of {len(key)}: a key is printable ASCII with no "
+                    f"spaces (the key is not shown)")
+    return None
+
+
 def api_headers() -> dict:
-    """The JSON headers of an OpenAI-compatible request; the key, when OPENAI_API_KEY is set, as a Bearer token."""
+    """The JSON headers of an OpenAI-compatible request; the key, when OPENAI_API_KEY is set, as a Bearer token.
+    KeyProblem for a key that is not a valid header value, before any request."""
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}  # the cap counts what is read
     key = os.environ.get("OPENAI_API_KEY")
     if key:
+        problem = key_problem(key)
+        if problem:
+            raise KeyProblem(problem)
         headers["Authorization"] = f"Bearer {key}"
     return headers
 
@@ -71,6 +93,9 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, deadline_s: fl
         return await asyncio.wait_for(_read(client, method, url, max_bytes, body), deadline_s)
     except asyncio.TimeoutError:
         raise RequestFailed(f"no complete reply within {deadline_s:g} s", retry=True) from None
+    except httpx.LocalProtocolError:  # our own request refused by h11: its message quotes the header (the key)
+        raise RequestFailed("LocalProtocolError: the request is not valid HTTP (a header or the URL)",
+                            retry=False) from None
     except (httpx.HTTPError, OSError) as e:  # connect, read, a body cut short (RemoteProtocolError), decoding
         raise RequestFailed(f"{type(e).__name__}: {redact_urls(e)}", retry=True) from None
 
@@ -153,7 +178,11 @@ class CompletionsClient:
 
     async def _all(self, bodies: list[dict]) -> list[Generation]:
         if self.client is None:
-            self.client = httpx.AsyncClient(headers=api_headers(), timeout=None,  # fetch's deadline bounds it all
+            try:
+                headers = api_headers()
+            except KeyProblem as e:  # the launcher refuses it first; a worker with another environment fails here
+                return [Generation("", "error", 0, str(e)) for _ in bodies]
+            self.client = httpx.AsyncClient(headers=headers, timeout=None,  # fetch's deadline bounds it all
                                             limits=httpx.Limits(max_connections=self.concurrency))
             self.slots = asyncio.Semaphore(self.concurrency)
         return list(await asyncio.gather(*(self._one(body) for body in bodies)))
@@ -187,6 +216,8 @@ def server_problem(base_url: str, deadline_s: float = 10.0) -> str | None:
 
     try:
         data = asyncio.run(model_list())
+    except KeyProblem as e:
+        return str(e)
     except RequestFailed as e:
         if e.status in (401, 403):
             return f"GET {shown}: HTTP {e.status}: the server refused the key (set OPENAI_API_KEY)"

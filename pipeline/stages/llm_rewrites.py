@@ -230,13 +230,16 @@ def _check_server(opts: HardposOptions) -> None:
     """--llm_base_url (else OPENAI_BASE_URL) names a server that answers, before any work."""
     import os
 
-    from pipeline.llm.openai_client import server_problem, url_problem
+    from pipeline.llm.openai_client import key_problem, server_problem, url_problem
     from pipeline.urls import redacted
 
     given = "--llm_base_url" if opts.llm_base_url else "OPENAI_BASE_URL"
     opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
     if not opts.llm_base_url:
         raise UsageError("--llm_engine=openai needs --llm_base_url or OPENAI_BASE_URL (e.g. http://localhost:8000/v1)")
+    problem = key_problem(os.environ.get("OPENAI_API_KEY") or "")  # before any request; never shows the key
+    if problem:
+        raise UsageError(problem)
     problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
     if problem:
         raise UsageError(f"{given}={redacted(opts.llm_base_url)}: {problem}")
