@@ -76,3 +76,87 @@ def test_m5_a_worker_with_a_non_ascii_key_fails_its_requests_with_one_reason(mon
     assert [g.finish_reason for g in gens] == ["error", "error"]
     assert gens[0].error.startswith("OPENAI_API_KEY holds a character that is not ASCII") and "SECRET" not in \
         gens[0].error
+
+
+# ------------------------------------------------------------------------------------------------------- M6, M7
+
+def nested_gzip(decoded: int) -> bytes:
+    """gzip of gzip of `decoded` zero bytes: a few KB on the wire."""
+    inner = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    layer = b"".join(inner.compress(zeros) for _ in range(decoded >> 20)) + inner.flush()
+    return gzip.compress(layer, 9)
+
+
+def encoded_reply(data: bytes, encoding: str):
+    """A failure for CompletionsServer: a 200 reply of `data` with the Content-Encoding given."""
+    def reply(handler, server) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Encoding", encoding)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    return reply
+
+
+class ModelListServer(LocalHTTPServer):
+    """GET /v1/models answered with `data` and a Content-Encoding."""
+
+    def __init__(self, data: bytes, encoding: str):
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                encoded_reply(data, encoding)(self, None)
+
+        super().__init__(Handler, stop_after=60)
+        self.base_url = f"{self.root_url}/v1"
+
+
+def peak_bytes(call):
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_m6_a_model_list_of_nested_gzip_is_refused_at_the_cap_with_bounded_memory():
+    """cd18f06: 1,827 bytes of gzip of gzip of 1 GiB took the launcher to 2.5 GB before it said 'larger than
+    16,777,216 bytes'; here 64 MiB decoded must peak near the cap, not the bomb (it peaked past 64 MiB)."""
+    from pipeline.llm.openai_client import MODEL_LIST_BYTES, server_problem
+
+    bomb = nested_gzip(64 << 20)
+    assert len(bomb) < 8_192
+    with ModelListServer(bomb, "gzip, gzip") as server:
+        problem, peak = peak_bytes(lambda: server_problem(server.base_url))
+    assert peak < MODEL_LIST_BYTES + (8 << 20), peak
+    # the server was reached: not "cannot reach the LLM server", as cd18f06 said
+    assert problem == f"GET {server.base_url}/models: reply larger than {MODEL_LIST_BYTES:,} bytes", problem
+    # a model list gzipped once, though identity was asked, is still read
+    with ModelListServer(gzip.compress(json.dumps({"data": [{"id": "stub"}]}).encode()), "gzip") as server:
+        assert server_problem(server.base_url) is None
+
+
+def test_m7_a_chat_reply_of_nested_gzip_fails_as_a_request_with_bounded_memory(tmp_path):
+    """cd18f06: 3.76 GB for one request in flight at --llm_concurrency=1 (262,144 bytes allowed)."""
+    bomb = nested_gzip(64 << 20)
+    with CompletionsServer(fail_first=100, failure=encoded_reply(bomb, "gzip, gzip")) as server:
+        (entry, cached), peak = peak_bytes(lambda: ask(server, tmp_path / "bomb", request_retries=2))
+    assert entry["failed"] and server.requests == 1 and cached == []
+    assert entry["attempts"][0]["error"] == "reply larger than 262,144 bytes"
+    assert peak < 8 << 20, peak
+    # gzip or deflate replies within the cap are read; a coding nobody asked for and we cannot bound is refused
+    answer = json.dumps({"choices": [{"message": {"content": "A guy sitting on a bench."}}]}).encode()
+    for encoding, data in (("gzip", gzip.compress(answer)), ("deflate", zlib.compress(answer)),
+                           ("deflate", zlib.compress(answer)[2:-4]), ("identity, gzip", gzip.compress(answer))):
+        with CompletionsServer(fail_first=1, failure=encoded_reply(data, encoding)) as server:
+            entry, _ = ask(server, tmp_path / f"ok-{len(data)}-{encoding}")
+        assert entry["attempts"][0]["text"] == "A guy sitting on a bench.", (encoding, entry)
+    with CompletionsServer(fail_first=100, failure=encoded_reply(b"\x1b\x00", "br")) as server:
+        entry, _ = ask(server, tmp_path / "br", request_retries=2)
+    assert entry["failed"] and server.requests == 1
+    assert entry["attempts"][0]["error"].startswith("bad reply: Content-Encoding 'br', not identity as asked")

@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import threading
+import zlib
 
 import httpx
 
@@ -27,11 +28,12 @@ MODEL_LIST_BYTES = 16 * 2**20
 
 
 class RequestFailed(Exception):
-    """A request with no usable reply; `retry` says whether asking again may help, `status` is its HTTP status."""
+    """A request with no usable reply; `retry` says whether asking again may help, `status` is its HTTP status,
+    `answered` whether the server sent a reply (of a status, a size or an encoding we refuse)."""
 
-    def __init__(self, reason: str, retry: bool, status: int = 0):
+    def __init__(self, reason: str, retry: bool, status: int = 0, answered: bool = False):
         super().__init__(reason)
-        self.retry, self.status = retry, status
+        self.retry, self.status, self.answered = retry, status, answered or bool(status)
 
 
 class KeyProblem(ValueError):
@@ -96,12 +98,12 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, deadline_s: fl
     except httpx.LocalProtocolError:  # our own request refused by h11: its message quotes the header (the key)
         raise RequestFailed("LocalProtocolError: the request is not valid HTTP (a header or the URL)",
                             retry=False) from None
-    except (httpx.HTTPError, OSError) as e:  # connect, read, a body cut short (RemoteProtocolError), decoding
+    except (httpx.HTTPError, OSError) as e:  # connect, read, a body cut short (RemoteProtocolError)
         raise RequestFailed(f"{type(e).__name__}: {redact_urls(e)}", retry=True) from None
 
 
 async def _read(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, body: dict | None) -> bytes:
-    too_large = RequestFailed(f"reply larger than {max_bytes:,} bytes", retry=False)
+    too_large = RequestFailed(f"reply larger than {max_bytes:,} bytes", retry=False, answered=True)
     async with client.stream(method, url, json=body) as response:
         status = response.status_code
         if not 200 <= status < 300:
@@ -109,13 +111,96 @@ async def _read(client: httpx.AsyncClient, method: str, url: str, max_bytes: int
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise too_large
-        chunks, size = [], 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+        decoded = BoundedDecoding(response.headers.get_list("Content-Encoding", split_commas=True), max_bytes)
+        async for raw in response.aiter_raw():  # the bytes on the wire: decoded here, never past the cap
+            decoded.feed(raw)
+        return decoded.finish()
+
+
+DECODE_PIECE = 1 << 16
+
+
+class BoundedDecoding:
+    """A reply's body decoded from the bytes on the wire, never holding more than `cap` decoded bytes (plus 64 KiB
+    in each layer) whatever the body: RequestFailed once the body, on the wire or decoded, passes the cap. We send
+    Accept-Encoding: identity, yet a server may compress anyway: gzip and deflate, in any number of layers, are
+    decoded a bounded piece at a time (zlib's max_length); any other coding is refused. httpx's aiter_bytes decoded
+    each chunk whole through every layer before its size could be counted: 1,827 bytes of gzip of gzip took the
+    client to 2.5 GB before the 16 MiB cap said no."""
+
+    def __init__(self, codings: list[str], cap: int):
+        self.cap, self.size, self.wire = cap, 0, 0
+        self.too_large = RequestFailed(f"reply larger than {cap:,} bytes", retry=False, answered=True)
+        self.layers = []  # the last coding applied is the first undone
+        for coding in reversed([c.strip().lower() for c in codings]):
+            if coding in ("", "identity"):
+                continue
+            if coding not in ("gzip", "x-gzip", "deflate"):
+                shown = coding.encode("ascii", "replace")[:40].decode("ascii")
+                raise RequestFailed(f"bad reply: Content-Encoding {shown!r}, not identity as asked (gzip and deflate "
+                                    f"are read; nothing else)", retry=False, answered=True)
+            self.layers.append(_Inflater(coding))
+        self.pending = b""  # wire bytes not yet given to the first layer
+        self.chunks: list[bytes] = []
+
+    def feed(self, raw: bytes) -> None:
+        self.wire += len(raw)
+        if self.wire > self.cap:
+            raise self.too_large
+        self.pending += raw
+        self._drain()
+
+    def finish(self) -> bytes:
+        self._drain()
+        return b"".join(self.chunks)
+
+    def _drain(self) -> None:
+        while True:
+            piece = self._take(len(self.layers) - 1, min(DECODE_PIECE, self.cap - self.size + 1))
+            if not piece:
+                return
+            self.size += len(piece)
+            if self.size > self.cap:
+                raise self.too_large
+            self.chunks.append(piece)
+
+    def _take(self, layer: int, limit: int) -> bytes:
+        """At most `limit` bytes out of layer `layer` (-1: the wire), pulling its input from the layer before."""
+        if layer < 0:
+            piece, self.pending = self.pending[:limit], self.pending[limit:]
+            return piece
+        inflater = self.layers[layer]
+        while True:
+            data = inflater.tail() or self._take(layer - 1, DECODE_PIECE)
+            out = inflater.inflate(data, limit)
+            if out or not data:
+                return out
+
+
+class _Inflater:
+    """One gzip or deflate layer, inflated at most `limit` bytes at a time (deflate: zlib-wrapped, else raw, as
+    httpx reads it)."""
+
+    def __init__(self, coding: str):
+        self.raw_deflate_fallback = coding == "deflate"
+        self.z = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding != "deflate" else zlib.MAX_WBITS)
+
+    def tail(self) -> bytes:
+        return self.z.unconsumed_tail
+
+    def inflate(self, data: bytes, limit: int) -> bytes:
+        if self.z.eof:  # what follows the end of the stream is ignored, as httpx does
+            return b""
+        try:
+            out = self.z.decompress(data, limit)
+        except zlib.error as e:
+            if self.raw_deflate_fallback:
+                self.z, self.raw_deflate_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
+                return self.inflate(data, limit)
+            raise RequestFailed(f"bad reply: its compressed body does not decode ({e})", retry=False,
+                                answered=True) from None
+        self.raw_deflate_fallback = False
+        return out
 
 
 def parse_reply(data: bytes, chat: bool) -> Generation:
@@ -224,6 +309,8 @@ def server_problem(base_url: str, deadline_s: float = 10.0) -> str | None:
         if e.status:
             hint = " (is --llm_base_url the API root, e.g. http://host:8000/v1?)" if e.status == 404 else ""
             return f"GET {shown}: HTTP {e.status}{hint}"
+        if e.answered:  # reached: its reply is refused
+            return f"GET {shown}: {redact_urls(e)}"
         return f"cannot reach the LLM server: GET {shown}: {redact_urls(e)}"
     try:
         json.loads(data)
