@@ -160,3 +160,42 @@ def test_m7_a_chat_reply_of_nested_gzip_fails_as_a_request_with_bounded_memory(t
         entry, _ = ask(server, tmp_path / "br", request_retries=2)
     assert entry["failed"] and server.requests == 1
     assert entry["attempts"][0]["error"].startswith("bad reply: Content-Encoding 'br', not identity as asked")
+
+
+# ----------------------------------------------------------------------------------------------------- M11, M12
+
+def test_m11_a_password_with_an_unescaped_at_is_hidden_whole_and_refused(tmp_path, capsys):
+    """cd18f06: `--llm_base_url=http://***@ss@127.0.0.1:9/v1` (the redaction stopped at the first '@')."""
+    from pipeline.urls import redact_urls, redacted
+
+    assert redacted("http://user:p@ss@127.0.0.1:9/v1?k=v") == "http://***@127.0.0.1:9/v1?k=***"
+    assert redact_urls("GET http://user:p@ss@h:9/v1/models: x") == "GET http://***@h:9/v1/models: x"
+    assert redacted("https://host/img@2x.png") == "https://host/img@2x.png"  # an '@' in a path is not userinfo
+    out = tmp_path / "out"
+    assert main(hard_positives(out, "--llm_base_url=http://user:p@ss@127.0.0.1:9/v1")) == 2
+    line = one_line(capsys)
+    assert line == ("error: --llm_base_url=http://***@127.0.0.1:9/v1: its user or password holds an unescaped '@' "
+                    "(write it as %40)"), line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("url", ["http://user:pa ss@127.0.0.1:9/v1", "http://user:s3cr3t\t@127.0.0.1:9/v1",
+                                 "http://user:s3cr3t\r@127.0.0.1:9/v1", "http://user:12/s3cr3t@127.0.0.1:9/v1",
+                                 "http://user:s3#cr3t@127.0.0.1:9/v1", "user:s3cr3t@127.0.0.1:9/v1"],
+                         ids=["space", "tab", "CR", "slash", "hash", "no scheme"])
+@pytest.mark.parametrize("given", ["--llm_base_url", "OPENAI_BASE_URL"])
+def test_m12_a_base_url_whose_password_cannot_be_told_apart_is_refused_unshown(tmp_path, monkeypatch, capsys, url,
+                                                                              given):
+    """cd18f06: 'error: --llm_base_url=http://user:pa ss@127.0.0.1:9/v1: cannot reach ...' (the URL pattern
+    stopped at the space, so no userinfo was found), and the tab variant whole in httpx's 'not a URL'."""
+    from pipeline.urls import redacted
+
+    assert redacted("http://user:pa ss@127.0.0.1:9/v1") == "http://***@127.0.0.1:9/v1"
+    out = tmp_path / "out"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    assert main(hard_positives(out, *([f"--llm_base_url={url}"] if given == "--llm_base_url" else []))) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"error: {given}: not a URL: it holds ") and "not shown" in line, line
+    for part in ("pa ss", "s3cr3t", "cr3t", "127.0.0.1"):
+        assert part not in line, line
+    assert not out.exists()

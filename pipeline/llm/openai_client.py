@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import zlib
 
 import httpx
 
 from pipeline.llm.engines import Generation
-from pipeline.urls import redact_urls, redacted
+from pipeline.urls import hidden_why, redact_urls, redacted
 
 RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 # Hosted APIs list hundreds of models with their descriptions: a few MB.
@@ -75,11 +76,18 @@ def endpoint(base_url: str, name: str) -> str:
 
 
 def url_problem(base_url: str) -> str | None:
-    """Why base_url cannot be a server's API root, or None (the URL in it redacted)."""
+    """Why base_url cannot be a server's API root, or None (the URL in it redacted). A URL whose secrets cannot be
+    found to redact (urls.hidden_why: a space, a control character, an '@' after the host) is refused, and the
+    caller does not show it; so is a password with an unescaped '@', which parsers split in different places."""
+    hidden = hidden_why(base_url)
+    if hidden:
+        return f"not a URL: {hidden}; not shown, since it may hold a password"
     try:
         url = httpx.URL(base_url)
     except httpx.InvalidURL as e:
         return f"not a URL ({redact_urls(e)})"
+    if re.match(r"[^/?#]*", base_url.partition("://")[2]).group().count("@") > 1:  # httpx splits at the last
+        return "its user or password holds an unescaped '@' (write it as %40)"
     if url.scheme not in ("http", "https") or not url.host:
         return "not an http:// or https:// URL (e.g. http://localhost:8000/v1)"
     if url.port is not None and not 0 < url.port < 65_536:  # httpx takes any number; the socket would overflow

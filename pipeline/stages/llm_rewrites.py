@@ -231,7 +231,7 @@ def _check_server(opts: HardposOptions) -> None:
     import os
 
     from pipeline.llm.openai_client import key_problem, server_problem, url_problem
-    from pipeline.urls import redacted
+    from pipeline.urls import hidden_why, redacted
 
     given = "--llm_base_url" if opts.llm_base_url else "OPENAI_BASE_URL"
     opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
@@ -241,8 +241,9 @@ def _check_server(opts: HardposOptions) -> None:
     if problem:
         raise UsageError(problem)
     problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
-    if problem:
-        raise UsageError(f"{given}={redacted(opts.llm_base_url)}: {problem}")
+    if problem:  # a URL whose secrets cannot be told apart is not shown at all
+        shown = "" if hidden_why(opts.llm_base_url) else f"={redacted(opts.llm_base_url)}"
+        raise UsageError(f"{given}{shown}: {problem}")
 
 
 def _has_chat_template(model: str | None) -> bool:
