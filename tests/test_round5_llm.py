@@ -199,3 +199,66 @@ def test_m12_a_base_url_whose_password_cannot_be_told_apart_is_refused_unshown(t
     for part in ("pa ss", "s3cr3t", "cr3t", "127.0.0.1"):
         assert part not in line, line
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------------- M29, M30
+
+def replay_lines(change=lambda r: r) -> list[str]:
+    source = SAMPLES / "coco" / "hard_positives_replay.jsonl"
+    return [json.dumps(change(json.loads(line))) for line in source.read_text().splitlines() if line.strip()]
+
+
+def replay_run(out, replay, *extra) -> list[str]:
+    return ["--stage=hard_positives", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={out}",
+            "--llm_engine=replay", "--model=m", "--positive_types=replace", f"--llm_replay={replay}",
+            "--progress_seconds=0", *extra]
+
+
+@pytest.mark.parametrize("field", ["text", "caption"])
+def test_m29_a_lone_surrogate_escape_in_a_replay_answer_refuses_the_file_naming_the_line(tmp_path, capsys, field):
+    """cd18f06: every answer ending in a JSON \\ud800 escape gave a 142-line traceback from Beam's coder."""
+    lines = replay_lines()
+    record = json.loads(lines[2])
+    record[field] += "\ud800"
+    lines[2] = json.dumps(record)  # ensure_ascii: the escape \ud800, valid UTF-8 JSON
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ReplayError, match=rf"replay.jsonl:3: its {field} holds a lone surrogate"):
+        list(read_replay(str(replay)))
+    out = tmp_path / "out"
+    assert main(replay_run(out, replay)) == 2
+    assert one_line(capsys) == (f"error: --llm_replay: {replay}:3: its {field} holds a lone surrogate (a JSON escape "
+                                f"\\ud800-\\udfff), not text")
+    assert not out.exists()
+
+
+def test_m30_a_replay_line_past_max_record_bytes_refuses_the_file_unread(tmp_path, capsys):
+    """cd18f06: a 150 MB answer was read whole (+850 MB RSS) into every worker. Now a line past --max_record_bytes
+    refuses the file, naming the line, measured in 1 MiB pieces, never held."""
+    lines = replay_lines()
+    big = json.dumps({"type": "replace", "caption": "an unused caption", "text": "x" * (24 << 20)})
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text("\n".join(lines[:5] + [big] + lines[5:]) + "\n")
+    del big
+    caught, peak = peak_bytes(lambda: pytest.raises(ReplayError, lambda: list(read_replay(str(replay)))))
+    assert str(caught.value) == (f"{replay}:6: a line of {(24 << 20) + 64:,} bytes, longer than "
+                                 f"--max_record_bytes=1,048,576 (measured, never held)"), caught.value
+    assert peak < 8 << 20, peak  # cd18f06 held the line, its str and the parsed text: over 70 MiB
+    assert len(list(read_replay(str(replay), 32 << 20))) == len(lines) + 1  # a raised bound reads it
+    out = tmp_path / "out"
+    assert main(replay_run(out, replay)) == 2
+    assert one_line(capsys).startswith(f"error: --llm_replay: {replay}:6: a line of ")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_m30_bounded_replay_lines_split_as_readline_did(chunk):
+    """The replay reader's lines (files.stream_lines) whatever the piece size: CRLF, a last line with no line
+    break, a line of exactly the bound, one past it."""
+    from pipeline.sources.files import LongLine, stream_lines
+
+    data = b"abc\r\n\n" + b"x" * 8 + b"\n" + b"y" * 9 + b"\nlast"
+    got = [(type(x).__name__, x.size) if isinstance(x, LongLine) else x
+           for x in stream_lines(io.BytesIO(data), 8, chunk)]
+    assert got == [b"abc", b"", b"x" * 8, ("LongLine", 10), b"last"]
+    assert list(stream_lines(io.BytesIO(b"a\n"), 8, chunk)) == [b"a"]

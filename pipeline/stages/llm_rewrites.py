@@ -63,7 +63,8 @@ def engine_config(opts: HardposOptions) -> EngineConfig:
                         device=opts.llm_device, batch_size=opts.llm_batch_size,
                         tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                         gpu_memory_utilization=opts.gpu_memory_utilization,
-                        replay_path=opts.llm_replay or "", chat_format=opts.chat_format, prompt_set=opts.prompt_set)
+                        replay_path=opts.llm_replay or "", replay_max_line_bytes=opts.max_record_bytes,
+                        chat_format=opts.chat_format, prompt_set=opts.prompt_set)
 
 
 def base_sampling(opts: HardposOptions) -> Sampling:
@@ -207,7 +208,7 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
         try:
-            for _ in read_replay(opts.llm_replay):  # checks every line now, before any work
+            for _ in read_replay(opts.llm_replay, opts.max_record_bytes):  # every line checked now, before work
                 pass
         except OSError as e:
             raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
