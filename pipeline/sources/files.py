@@ -177,6 +177,39 @@ def bounded_lines(f, start: int, end: int, limit: int):
         yield offset, _record(line)
 
 
+def stream_lines(f, limit: int, chunk: int = SKIP_CHUNK):
+    """Each line of the binary stream f, without its line break (and a CR before it), or LongLine for one longer
+    than `limit` bytes: read with f.read(chunk) only (a compressed file's reader has no readline(size)), so no line
+    is held longer than `limit` and a 150 MB line is measured in 1 MiB pieces, never read whole."""
+    held, long = bytearray(), 0  # the line so far, or the size of one past the limit
+    while True:
+        data = f.read(chunk)
+        if not data:
+            break
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            piece = memoryview(data)[start:len(data) if end < 0 else end]
+            if long:
+                long += len(piece)
+            else:
+                held += piece
+                if len(held) > limit:
+                    long = len(held)
+                    held = bytearray()
+            if end < 0:
+                break
+            if long:
+                yield LongLine(long + 1)
+            else:
+                yield bytes(held).removesuffix(b"\r")
+            held, long, start = bytearray(), 0, end + 1
+    if long:
+        yield LongLine(long)
+    elif held:
+        yield bytes(held).removesuffix(b"\r")
+
+
 def read_text(path: str, version: tuple = ()) -> str:
     """The file as text. Undecodable bytes become lone surrogates so that only the records holding them fail.
     InputChanged where the file is not `version` (opened_as_planned; empty: not checked)."""
