@@ -134,3 +134,145 @@ def test_m17_m20_a_plain_run_folder_still_publishes_and_loads(tmp_path, capsys):
     assert sorted(p.relative_to(out / "hub").as_posix() for p in (out / "hub" / "data").rglob("*.parquet")) == \
         ["data/order_eval/test-00000-of-00001.parquet"]
     assert load_table(str(out / "run"), "order_eval").num_rows == 2
+
+
+# ------------------------------------------------------------------------------------------- held-out views
+
+# (caption, hard_positive, positive_type): sits -> is seated reaches REPLACE's sitting -> seated
+FINETUNE = [("a cat sits on a chair", "a cat is seated on a chair", "replace"),
+            ("a ball beneath a table", "a ball under a table", "replace")]
+OTHER = [("a man riding a horse", "a man on a horse", "swap")]  # reaches no REPLACE entry
+STRAY = [("a large dog on a bed", "a big dog on a bed", "replace")]  # large -> big
+REPLACE_ROWS = [{"replaced_from": f, "replaced_to": t} for f, t in
+                [("sitting", "seated"), ("under", "beneath"), ("large", "big"), ("red", "blue")]]
+
+
+def train_row(k: int, caption: str, positive: str, positive_type: str) -> dict:
+    return schema_row("train", example_id=f"ft{k:03d}", caption_id=500 + k, image_id=k, key=str(500 + k),
+                      file_name=f"{k:012d}.jpg", caption=caption, hard_positive=positive, positive_type=positive_type,
+                      hard_negative=f"not {caption}", negative_type="replace")
+
+
+def train_run(folder: Path, rows) -> Path:
+    return write_run_folder(folder, "train", [train_row(k, *row) for k, row in enumerate(rows)])
+
+
+def fingerprint_of(run: Path) -> str:
+    """A table's fingerprint as the trainer records it: the sha256 of its shards' recorded sha256s, sorted."""
+    recorded = json.loads((run / "report.json").read_text())["tables"]["train"]["sha256"].values()
+    return hashlib.sha256("\n".join(sorted(recorded)).encode("ascii")).hexdigest()
+
+
+def left_out(view) -> list[str]:
+    return [f"{r['replaced_from']} -> {r['replaced_to']}" for r in REPLACE_ROWS if not view.keep(r)]
+
+
+def test_m14_held_out_from_a_checkpoint_refuses_a_train_table_other_than_the_one_trained_on(tmp_path):
+    """The checkpoint recorded only args['data'], a path: with another table put there, held_out was computed from
+    it (38 of 38 rows, 'left out: none'), looking complete. The checkpoint now records the table's fingerprint, and
+    held_out is computed only from the table it names."""
+    import torch
+
+    from pipeline.train import finetune, replace_views
+
+    run = train_run(tmp_path / "ftrun", FINETUNE)
+    record = {"data": str(run), "fingerprint": fingerprint_of(run), "shards": 1}
+    args = {"data": str(run), "positive_types": "all", "negative_types": "all"}
+    final = tmp_path / "final.pt"
+    torch.save({"model": {}, "args": args, "train_table": record}, final)
+    view = replace_views.held_out(None, None, str(final))
+    assert left_out(view) == ["sitting -> seated", "under -> beneath"]
+
+    (tmp_path / "ftrun").rename(tmp_path / "ftrun_orig")  # another run's train table where it was
+    train_run(tmp_path / "ftrun", OTHER)
+    view = replace_views.held_out(None, None, str(final))
+    assert view.keep is None
+    assert view.info["reason"].startswith(f"{run} is not the train table checkpoint {final} was trained on")
+    # a checkpoint that records no fingerprint (written before hardpos recorded one) cannot be checked either
+    torch.save({"model": {}, "args": args}, tmp_path / "old.pt")
+    view = replace_views.held_out(None, None, str(tmp_path / "old.pt"))
+    assert view.keep is None and "records no fingerprint of its train table" in view.info["reason"]
+    # --finetune_table is still taken as given
+    assert left_out(replace_views.held_out(str(tmp_path / "ftrun_orig"), None, str(final))) == \
+        ["sitting -> seated", "under -> beneath"]
+    # what the trainer records
+    assert finetune.train_table_record(str(tmp_path / "ftrun_orig")) == {**record, "data": str(tmp_path / "ftrun_orig")}
+
+
+def test_m14_the_trainer_records_the_train_tables_fingerprint_in_its_checkpoints(tmp_path, capsys):
+    """A finetune run's final.pt and step checkpoints hold {data, fingerprint, shards} of the table it read; a
+    --resume on another table at the same path is refused."""
+    import shutil
+
+    import torch
+
+    from pipeline.train import finetune
+    from tests.train_fixtures import N_ROWS, make_train_data, run_args
+    from tests.train_fixtures import train_row as fixture_row
+
+    data = make_train_data(tmp_path / "data")
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert finetune.main(run_args(data, out, "--max_steps=1", "--epochs=2")) == 0
+        expected = {"data": str(data.data), "fingerprint": fingerprint_of(data.data), "shards": 1}
+        for path in (out / "final.pt", out / "checkpoints" / "latest.pt"):
+            assert torch.load(path, map_location="cpu", weights_only=True)["train_table"] == expected
+        # the table rewritten with one caption changed: as many rows, another table
+        rows = [fixture_row(i) for i in range(N_ROWS)]
+        rows[0]["caption"] = "a changed caption"
+        shutil.rmtree(data.data)
+        write_run_folder(data.data, "train", rows)
+        capsys.readouterr()
+        assert finetune.main(run_args(data, out, "--max_steps=2", "--epochs=2", "--resume=latest")) == 2
+        assert f"--data: {data.data} is not the train table the checkpoint was trained on" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_m15_a_stray_shard_beside_the_finetune_table_is_refused_as_load_table_refuses_it(tmp_path):
+    """A Parquet file in the run's train/ that report.json does not list widened held_out (its large -> big left
+    out too), while load_table refused the folder. The held-out views now read exactly the shards the report lists,
+    checked as load_table checks them, however the table is named."""
+    import pyarrow.parquet as pq
+
+    from pipeline.train import replace_views
+
+    run = train_run(tmp_path / "ftrun", FINETUNE)
+    shard = next((run / "train").glob("*.parquet"))
+    stray = train_run(tmp_path / "other", STRAY) / "train" / shard.name
+    (run / "train" / f"{shard.name}.old.parquet").write_bytes(stray.read_bytes())
+    assert len(pq.read_table(run / "train" / f"{shard.name}.old.parquet")) == 1
+    with pytest.raises(PublishError, match="not in the report"):
+        load_table(str(run), "train")
+    for named in (run, run / "train", run / "train" / "*.parquet"):
+        with pytest.raises(replace_views.UsageError, match=r"^--finetune_table: .*not in the report"):
+            replace_views.held_out(str(named), None, None)
+    # and a listed shard named alone by a glob still checks against its report
+    (run / "train" / f"{shard.name}.old.parquet").unlink()
+    assert left_out(replace_views.held_out(str(run / "train" / "*.parquet"), None, None)) == \
+        ["sitting -> seated", "under -> beneath"]
+
+
+def test_m16_a_published_finetune_table_is_checked_against_its_manifest(tmp_path, capsys):
+    """--finetune_table=<published folder> whose data/train shard was replaced by another valid train shard: held_out
+    was built from it ('left out: none'), as the check looked for report.json two levels up only; load_table
+    refused the same folder. Now it is checked against the manifest, however it is named."""
+    from pipeline.train import replace_views
+
+    out = tmp_path / "pubsrc"
+    train_run(out / "run", FINETUNE)
+    assert main(["--stage=publish", f"--output_dir={out}"]) == 0
+    hub = out / "hub"
+    assert left_out(replace_views.held_out(str(hub), None, None)) == ["sitting -> seated", "under -> beneath"]
+    published = next((hub / "data" / "train").glob("*.parquet"))
+    other = train_run(tmp_path / "other", OTHER) / "train" / published.name
+    published.unlink()  # a hard link to the run's shard: replaced, not written through
+    published.write_bytes(other.read_bytes())
+    with pytest.raises(PublishError, match="sha256 differs"):
+        load_table(str(hub), "train")
+    for named in (hub, hub / "data" / "train", hub / "data" / "train" / "*.parquet"):
+        with pytest.raises(replace_views.UsageError, match=r"^--finetune_table: .*its sha256 differs from the one "):
+            replace_views.held_out(str(named), None, None)
+

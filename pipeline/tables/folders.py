@@ -105,7 +105,7 @@ def report_problem(report) -> str | None:
         if not isinstance(section, dict):
             return f"its table {name} is not an object"
         odd = next((k for k in ("shards", "sha256", "dead_letter_shards", "files", "inputs", "made_from")
-                    if not isinstance(section.get(k) or {}, dict)), None)
+                    if section.get(k) is not None and not isinstance(section[k], dict)), None)
         if odd:
             return f"table {name}'s {odd} is not an object"
     return None
@@ -331,6 +331,7 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: b
         try:
             meta = pq.ParquetFile(path)
         except (OSError, ValueError) as e:  # pyarrow's errors for a file that is not Parquet
+            check_checksums(run_dir, section, [path])  # a changed file says so, whatever part of it changed
             raise PublishError(f"{path}: not a readable Parquet file ({e}); run the stage again") from None
         n = meta.metadata.num_rows
         if n != listed[path]:
@@ -510,23 +511,3 @@ def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str 
     report = merge_reports(earlier, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
     (out / REPORT_FILE).write_text(json.dumps(report))
     return out
-
-
-def checked_against_report(shard: Path) -> None:
-    """A shard of a run folder (its report.json two levels up records it): its bytes have the recorded sha256, else
-    the error check_checksums gives. A shard no report records (a user's own files) has nothing to be checked
-    against."""
-    run_dir = shard.parent.parent
-    try:
-        report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    relative = shard.relative_to(run_dir).as_posix()
-    problem = report_problem(report)
-    if problem:  # a report beside the shard that is not one of ours: whether it records the shard cannot be told
-        raise PublishError(f"{run_dir / REPORT_FILE}: not a hardpos report ({problem}); the shards beside it cannot "
-                           f"be checked")
-    for section in report.get("tables", {}).values():
-        if relative in section.get("sha256", {}):
-            check_checksums(run_dir, section, [shard])
-            return
