@@ -276,3 +276,38 @@ def test_m16_a_published_finetune_table_is_checked_against_its_manifest(tmp_path
         with pytest.raises(replace_views.UsageError, match=r"^--finetune_table: .*its sha256 differs from the one "):
             replace_views.held_out(str(named), None, None)
 
+
+# ------------------------------------------------------------------------------------------------ spill folders
+
+def test_m37_only_provable_spill_folders_of_dead_runs_are_removed(tmp_path):
+    """A user's hardpos-spill-mydata.removing/ (no lock file) in --spill_dir was deleted with its notes by the
+    next run's make_folder: the '.removing' branch of remove_stale removed any such folder unchecked. Now only a
+    folder with a name spill gives, holding the lock file, whose lock is free, is removed; a removal cut short is
+    still finished (its lock file is removed last)."""
+    from pipeline.io import spill
+
+    parent = tmp_path / "spill"
+    users = {name: parent / name for name in ("hardpos-spill-mydata.removing", "hardpos-spill-other",
+                                               "hardpos-spill-all-0123456789ab.removing")}  # ours by name only
+    for folder in users.values():
+        folder.mkdir(parents=True)
+        (folder / "notes.txt").write_text("precious")
+    dead = parent / "hardpos-spill-train_negatives-00112233aabb"  # a killed run's: lock file, lock free
+    cut_short = parent / "hardpos-spill-all-aabbccddeeff.removing"  # a removal that stopped half way
+    for folder in (dead, cut_short):
+        (folder / "part-0").mkdir(parents=True)
+        (folder / "part-0" / "x.pkl").write_bytes(b"spilled")
+        (folder / spill.MARK).write_bytes(b"")
+    linked = parent / "hardpos-spill-all-ffeeddccbbaa"  # a lock file that is a link is no proof either
+    linked.mkdir()
+    (linked / spill.MARK).symlink_to(dead / spill.MARK)
+    live = spill.make_folder(str(parent), "train_set")  # this run's own: its lock is held
+    try:
+        assert sorted(spill.remove_stale(str(parent))) == []  # the first call (make_folder's) removed them
+        assert not dead.exists() and not cut_short.exists()
+        for folder in users.values():
+            assert (folder / "notes.txt").read_text() == "precious"
+        assert linked.is_dir() and Path(live).is_dir()
+    finally:
+        spill.remove_folder(live)
+    assert not Path(live).exists() and not Path(f"{live}.removing").exists()
