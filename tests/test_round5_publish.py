@@ -5,6 +5,7 @@ it came from the row's URL; a spill folder is removed only when it is provably a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -311,3 +312,79 @@ def test_m37_only_provable_spill_folders_of_dead_runs_are_removed(tmp_path):
     finally:
         spill.remove_folder(live)
     assert not Path(live).exists() and not Path(f"{live}.removing").exists()
+
+
+# ------------------------------------------------------------------------------------------------ images stage
+
+def _solid_jpeg(colour: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    data = io.BytesIO()
+    Image.new("RGB", (40, 32), colour).save(data, "JPEG", quality=95)
+    return data.getvalue()
+
+
+def _colours(images_dir: Path, example_ids) -> dict[str, str]:
+    from pipeline.publish.images import open_images
+
+    found = open_images(str(images_dir))
+    colours = {}
+    for example_id in example_ids:
+        red, green, blue = found[example_id].image.convert("RGB").getpixel((8, 8))
+        colours[example_id] = max((red, "red"), (green, "green"), (blue, "blue"))[1]
+    return colours
+
+
+def test_m34_an_image_kept_from_another_url_or_changed_since_is_fetched_again(tmp_path, capsys):
+    """--stage=images, then the table rebuilt from a new corpus whose image ids are the same and whose urls are not
+    (/a/ red pictures -> /b/ blue ones), then --stage=images again in the same folder: '0 fetched now, 6 already
+    there', every row given the earlier corpus's red picture. A kept image is now given to a row only when it was
+    fetched from the url the row names and its stored bytes are the ones recorded when it was stored."""
+    import tarfile
+
+    import pyarrow.parquet as pq
+
+    from tests.image_fixtures import ImageServer, write_table
+
+    files = {**{f"a/{n}.jpg": _solid_jpeg((220, 20, 20)) for n in (1, 2)},
+             **{f"b/{n}.jpg": _solid_jpeg((20, 20, 220)) for n in (1, 2)}}
+    out = tmp_path / "out"
+    stage = ["--stage=images", f"--output_dir={out}", "--image_processes=1", "--image_threads=2",
+             "--image_timeout=5"]
+    with ImageServer(files) as server:
+        def corpus(side: str) -> None:
+            write_table(out, "train_negatives", "train_negatives", [
+                schema_row("train_negatives", example_id=f"cap-{n}", image_id=n, image_url=f"{server.url}/{side}/{n}.jpg")
+                for n in (1, 2)])
+
+        corpus("a")
+        assert main(stage) == 0
+        assert _colours(out / "images", ["cap-1", "cap-2"]) == {"cap-1": "red", "cap-2": "red"}
+        corpus("b")  # the same image ids, other urls
+        before = server.snapshot()
+        assert main(stage) == 0
+        assert server.snapshot() - before == {"b/1.jpg": 1, "b/2.jpg": 1}
+        assert _colours(out / "images", ["cap-1", "cap-2"]) == {"cap-1": "blue", "cap-2": "blue"}
+        index = pq.read_table(out / "images" / "index" / "train_negatives.parquet").to_pylist()
+        assert {r["url"] for r in index} == {f"{server.url}/b/{n}.jpg" for n in (1, 2)}
+
+        # the stored bytes of cap-1's image changed (another valid picture): not reused, fetched again
+        row = next(r for r in index if r["example_id"] == "cap-1")
+        shard = out / "images" / row["shard"]
+        rewritten = tmp_path / "rewritten.tar"
+        green = _solid_jpeg((20, 220, 20))
+        with tarfile.open(shard) as src, tarfile.open(rewritten, "w") as dst:
+            for member in src:
+                data = green if member.name == f"{row['key']}.jpg" else src.extractfile(member).read()
+                member.size = len(data)
+                dst.addfile(member, io.BytesIO(data))
+        shard.write_bytes(rewritten.read_bytes())
+        assert _colours(out / "images", ["cap-1"]) == {"cap-1": "green"}
+        before = server.snapshot()
+        assert main(stage) == 0
+        assert server.snapshot() - before == {"b/1.jpg": 1}
+        assert _colours(out / "images", ["cap-1", "cap-2"]) == {"cap-1": "blue", "cap-2": "blue"}
+        before = server.snapshot()
+        assert main(stage) == 0  # and then reused
+        assert server.snapshot() == before
+        assert _colours(out / "images", ["cap-1", "cap-2"]) == {"cap-1": "blue", "cap-2": "blue"}
