@@ -92,8 +92,12 @@ def test_held_out_leaves_out_the_rows_the_finetuning_substitutions_reach_either_
 
 def test_held_out_from_the_train_table_a_checkpoint_records_with_its_type_filters(finetune_run, replace_rows,
                                                                                 tmp_path):
+    from pipeline.train.finetune import train_table_record
+
     args = {"data": str(finetune_run), "positive_types": "all", "negative_types": "all"}
-    finetuned = checkpoint(tmp_path / "final.pt", args=args)
+    # the table's fingerprint, as the trainer records it: held_out reads the table only while it is that one
+    record = train_table_record(str(finetune_run))
+    finetuned = checkpoint(tmp_path / "final.pt", args=args, train_table=record)
     view = replace_views.held_out(None, None, finetuned)
     assert left_out(view, replace_rows) == REACHED
     assert str(finetune_run) in view.info["source"]
@@ -101,7 +105,7 @@ def test_held_out_from_the_train_table_a_checkpoint_records_with_its_type_filter
     patched = checkpoint(tmp_path / "patched.pt", alpha=0.5, pretrained="", finetuned=finetuned)
     assert left_out(replace_views.held_out(None, None, patched), replace_rows) == REACHED
     # The run kept only swap positives: riding -> on alone was trained on, and it reaches no REPLACE row.
-    swap_only = checkpoint(tmp_path / "swap.pt", args={**args, "positive_types": "swap"})
+    swap_only = checkpoint(tmp_path / "swap.pt", args={**args, "positive_types": "swap"}, train_table=record)
     view = replace_views.held_out(None, None, swap_only)
     assert view.info["substitutions"] == 1 and left_out(view, replace_rows) == {}
 

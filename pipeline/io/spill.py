@@ -21,7 +21,9 @@ import contextlib
 import fcntl
 import os
 import pickle
+import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -76,38 +78,79 @@ def make_folder(parent: str | None, stage: str) -> str:
     return folder
 
 
+# The names this module gives: a run's folder (make_folder: the stage, 12 hex digits), the same while it is removed
+# (remove_folder), and a folder being made (tempfile.mkdtemp's random part: lower-case letters, digits, _).
+_RUN_FOLDER = re.compile(rf"^{re.escape(PREFIX)}[a-z0-9_]+-[0-9a-f]{{12}}(?:\.removing)?$")
+_MAKING_FOLDER = re.compile(rf"^\.{re.escape(PREFIX)}making-[a-z0-9_]+$")
+
+
+def _dead_runs_lock(folder: str) -> int | None:
+    """The lock of folder, now held by this process, when folder is provably a spill folder of a run that is gone:
+    it holds the lock file, a regular file (not a link), and no process holds its lock (the kernel releases a dead
+    process's flock). None otherwise: a folder without the lock file is not one this version made, and one whose
+    lock is held is a live run's (or being removed by one)."""
+    try:
+        fd = os.open(os.path.join(folder, MARK), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def remove_stale(parent: str) -> list[str]:
-    """Removes the spill folders in parent whose run is gone (their lock is free: the kernel releases a dead
-    process's flock), and those a removal left half done; the folders removed. A folder without the lock file is
-    not one this version made, and is left."""
+    """Removes the spill folders in parent whose run is gone, and those a removal left half done; the folders
+    removed. Only what is provably such a folder: a name this module gives, holding the lock file, whose lock is
+    free (_dead_runs_lock). Anything else, a user's `hardpos-spill-mine.removing` too, is left."""
     removed = []
     try:
-        entries = [e for e in os.scandir(parent) if e.name.startswith((PREFIX, f".{PREFIX}making-"))
+        entries = [e for e in os.scandir(parent) if (_RUN_FOLDER.match(e.name) or _MAKING_FOLDER.match(e.name))
                    and e.is_dir(follow_symlinks=False)]
     except OSError:
         return removed
     for entry in entries:
         if entry.name.startswith(".") and time.time() - entry.stat(follow_symlinks=False).st_mtime < MAKING_SECONDS:
             continue  # being made this moment, its lock perhaps not yet taken
-        if entry.name.endswith(".removing"):  # a removal cut short; a live one racing this is harmless
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.path)
+        fd = _dead_runs_lock(entry.path)
+        if fd is None:
             continue
         try:
-            fd = os.open(os.path.join(entry.path, MARK), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # its run is alive
-            os.close(fd)
-            continue
-        try:
-            remove_folder(entry.path)
+            if entry.name.endswith(".removing"):  # a removal cut short: its lock file is the last thing removed
+                _remove_tree(entry.path)
+            else:
+                remove_folder(entry.path)
             removed.append(entry.path)
         finally:
             os.close(fd)
     return removed
+
+
+def _remove_tree(folder: str) -> None:
+    """Removes a spill folder, its lock file last: a removal cut short leaves a folder the next run can still tell
+    is a spill folder, and finish."""
+    try:
+        with os.scandir(folder) as entries:
+            found = list(entries)
+    except OSError:
+        return
+    for entry in found:
+        if entry.name == MARK:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        if os.listdir(folder) in ([MARK], []):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, MARK))
+            os.rmdir(folder)
 
 
 def remove_folder(folder: str) -> None:
@@ -120,7 +163,7 @@ def remove_folder(folder: str) -> None:
             os.rename(folder, gone)
         except FileNotFoundError:
             return
-        shutil.rmtree(gone, ignore_errors=True)
+        _remove_tree(gone)
     finally:
         fd = _held.pop(folder, None)
         if fd is not None:
