@@ -21,7 +21,8 @@ the blind reads of their rows. Prints figures.
 5. --framed: instead of the captions file, the captions that open with a photo frame ("A picture of ...", as
    clause/2 rewrites them inside the frame): every one of --captions whose opening names a whole-scene frame
    (pipeline/perturb/frames.py), and FRAMED_COPIES others given one of benchmarks/full_size.py's openings (ids
-   past the originals'), so that --sheet reads the framed rows of rule_clause.
+   past the originals'), so that --sheet reads the framed rows of rule_clause (rounds 10-13 read clause versions 2-5
+   this way with seeds 2036-2039).
 6. --words: the commonest words of the captions by part of speech, each with what the synonym table
    (pipeline/perturb/data/positive_synonyms.json) says of it: the table is built from this list.
 """

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import Counter
 
 from pipeline.perturb.candidates import Candidate
-from pipeline.perturb.frames import frame_link
-from pipeline.perturb.lexicon import kind_of
+from pipeline.perturb.frames import CLOSE, frame_link
+from pipeline.perturb.lexicon import COLOURS, kind_of
 from pipeline.perturb.substitution import stem, words
 from pipeline.perturb.text import match_case
 
@@ -51,10 +51,23 @@ AMBIGUOUS_NUMBER = frozenset("""group groups couple pair pairs bunch herd herds 
 number few dozen set sets variety assortment array collection pile stack row line fleet cluster family""".split())
 FRAMES = frozenset("picture photo photograph image view shot closeup close snapshot scene display".split())
 VEHICLE_SYNSETS = frozenset({"vehicle.n.01", "craft.n.02", "conveyance.n.03"})
+# A colour the parser took for the noun: "a grey and white bird" is one bird, not "grey" and "bird".
+COLOUR_NOUNS = frozenset(COLOURS) | {"grey", "tan", "beige"}
+# Objects of a preposition that are no place a thing is in ("a street in the 1950s", "a phone at different
+# angles"): "a street that is in the 1950s" reads as nonsense (round 10 readers).
+NOT_PLACES = frozenset({"noun.time", "noun.shape", "noun.attribute"})
+# Things that show another thing: "a portrait of a teen in coat and tie".
+DEPICTIONS = frozenset("""portrait poster statue painting drawing sketch picture photo photograph image print mural
+sculpture figurine figure model replica reflection silhouette shadow illustration cartoon sign logo view scene shot
+snapshot display photos pictures images""".split())
+DEPICTION_SYNSETS = frozenset({"art.n.01", "picture.n.01"})
+# Senses that make "who" wrong for a word whose first sense is a person ("a jet fighter", "a bear cub").
+NOT_PERSON_KINDS = frozenset({"noun.animal", "noun.artifact"})
 # Prepositions of place: "A cat on a couch" says where the cat is, as "A cat is on a couch" does ("A kitchen
 # with a stove" is not "A kitchen is with a stove").
 PLACES = frozenset("""in on at near under beside behind above below inside outside atop beneath underneath among
 between along across around over by against alongside""".split())
+DEFINITE = frozenset({"the", "this", "that", "these", "those"})
 # Determiners of a thing not yet named, which "there is" introduces.
 INDEFINITE = frozenset({"a", "an", "some", "two", "three", "four", "five", "six", "several", "many", "few"})
 PLACE_PRONOUNS = frozenset({"it", "them"})
@@ -65,7 +78,7 @@ def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Ca
     the scene of a photo frame ("A photo of <a man riding a horse>"), which must stay a noun phrase: a participle or
     a place becomes a relative clause ("a man who is riding a horse"), not a sentence."""
     roots = [t for t in doc if t.dep_ == "ROOT"]
-    if not in_frame and frame_link(doc, close_shots=True) is not None:
+    if not in_frame and (frame_link(doc, close_shots=True) is not None or _close_shot(doc)):
         return []  # a frame whose scene is no noun phrase ("a photo of a man is riding"), or a close shot
     if len(roots) != 1 or any(t.dep_ == "neg" or t.tag_ == "MD" for t in doc):
         return []
@@ -87,6 +100,19 @@ def clause_positives(doc, lexicon, inflector, in_frame: bool = False) -> list[Ca
     elif root.tag_ in ("VBZ", "VBP"):
         found += [_progressive_from_simple(doc, root, lexicon, inflector)]
     return [c for c in found if c is not None]
+
+
+def _depiction_of(noun, until: int, lexicon) -> bool:
+    """The noun shows the thing of its "of" phrase before token `until` ("a statue of a man on a horse"): what
+    follows may be said of either."""
+    if not any(c.dep_ == "prep" and c.lower_ == "of" and c.i < until for c in noun.children):
+        return False
+    return noun.lower_ in DEPICTIONS or bool(lexicon.hypernym_names(noun.lemma_.lower()) & DEPICTION_SYNSETS)
+
+
+def _close_shot(doc) -> bool:
+    """"A close up of three people are kicking ...", whatever the parser made of it."""
+    return any(t.lower_ in CLOSE for t in doc[:4]) and any(t.lower_ == "of" for t in doc[:5])
 
 
 def _replaced(doc, start: int, end: int, new: str) -> Candidate | None:
@@ -157,7 +183,7 @@ def _number(subject, until: int) -> str | None:
         counted = [o for p in subject.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
                    if o.dep_ == "pobj"]
         return "are" if len(counted) == 1 and counted[0].tag_ == "NNS" else None
-    if subject.lower_ in AMBIGUOUS_NUMBER:
+    if subject.lower_ in AMBIGUOUS_NUMBER or subject.lower_ in COLOUR_NOUNS:
         return None
     conjuncts = [c for c in subject.children if c.dep_ == "conj" and c.i < until]
     if conjuncts:  # "a man and a woman riding"; not "a man wearing glasses and a tie"
@@ -209,6 +235,8 @@ def _participle_from_sentence(doc, verb) -> Candidate | None:
         return None  # "A ball is thrown ..." -> "A ball thrown ..." reads as a fragment of another sentence
     if not any(t.is_alpha for t in doc[verb.i + 1:]):
         return None  # "A train is displayed." -> "A train displayed." reads as the past of a sentence cut short
+    if doc[0].lower_ in DEFINITE:
+        return None  # a fragment names a thing anew: "The man in the picture wearing a kilt" reads cut short
     return _replaced(doc, aux.i, verb.i + 1, verb.text)
 
 
@@ -226,7 +254,12 @@ def _progressive_from_simple(doc, verb, lexicon, inflector) -> Candidate | None:
 
 
 def _relative_pronoun(noun, lexicon) -> str:
-    return "who" if kind_of(noun, lexicon) == "noun.person" else "that"
+    """"who" for a person, "that" for the rest and wherever the noun may be something else too."""
+    if kind_of(noun, lexicon) != "noun.person" or any(c.dep_ == "compound" for c in noun.children):
+        return "that"
+    lemma = lexicon.noun_lemma(noun.lower_, noun.tag_ == "NNS") or noun.lower_
+    senses = lexicon.wn.synsets(lemma, "n")[:3]
+    return "that" if any(s.lexname() in NOT_PERSON_KINDS for s in senses) else "who"
 
 
 def _sentence_from_participle(doc, noun, lexicon, relative: str | None = None) -> Candidate | None:
@@ -262,6 +295,14 @@ def _is_before_participle(doc, noun, verb, lexicon, relative: str | None = None)
         return None
     if verb.tag_ == "VBN" and any(c.tag_ == "VBG" for c in verb.subtree):
         return None  # "a player dressed in black returning the ball": the second participle is the act
+    if relative and any(c.i != verb.i and c.tag_ in ("VBG", "VBN") and c.dep_ != "amod" for c in verb.subtree):
+        return None  # "a boy who is wearing a mitt holding a ball": the second one left hanging
+    if any(t.lower_ == "with" for t in doc[noun.i + 1:verb.i]) and (verb.tag_ == "VBN" or relative):
+        return None  # "a room with pictures mounted on the wall": the pictures are mounted, not the room
+    if _depiction_of(noun, verb.i, lexicon):
+        return None  # "a statue of a man riding a horse": the man rides it
+    if relative == "that" and verb.i != noun.i + 1:
+        return None  # "a guy in a green shirt that is holding a phone": the shirt would hold it
     if verb.tag_ == "VBN":
         if verb.lower_ not in STATE_PARTICIPLES:
             return None
@@ -284,6 +325,8 @@ def _place_of(noun):
     before = [c for c in noun.rights if c.i < place.i and c.dep_ == "prep" and c.lower_ == "of"]
     if place.i != (before[-1].right_edge.i if before else noun.i) + 1:
         return None  # "A zebra playing on a field": something the parser left out stands before the place
+    if before and any(t.dep_ == "prep" and t.i != before[-1].i for t in before[-1].subtree):
+        return None  # "a herd of cows grazes in a field near a river": the place would follow the field
     objects = [c for c in place.children if c.dep_ == "pobj"]
     if len(objects) != 1 or objects[0].tag_ not in ("NN", "NNS", "NNP", "PRP"):
         return None
@@ -304,6 +347,20 @@ def _sentence_from_place(doc, noun, lexicon, relative: str | None = None) -> Can
     number = _number(noun, len(doc))
     if place is None or number is None or doc[place.i - 1].is_punct:
         return None
+    where = next(c for c in place.children if c.dep_ == "pobj")
+    if where.like_num or where.text[:1].isdigit() or kind_of(where, lexicon) in NOT_PLACES:
+        return None
+    later = [o for p in [*place.rights, *(c for c in noun.rights if c.i > place.i)] if p.dep_ == "prep"
+             for o in p.children if o.dep_ == "pobj"]
+    if any(kind_of(w, lexicon) == "noun.time" for w in later):
+        return None  # "horses that are on the beach on a clear day": the time is the scene's, not the horses'
+    if _depiction_of(noun, place.i, lexicon):
+        return None  # "a portrait of a teen in coat and tie": the teen is in them, not the portrait
+    counted = [o for p in noun.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
+               if o.dep_ == "pobj"]
+    if counted and {"NN": "is", "NNS": "are"}.get(counted[-1].tag_) != number and \
+            any(c.dep_ == "compound" for c in counted[-1].children):
+        return None  # "a loaf of bread hits that is on top": a verb the parser read as a plural noun
     return _replaced(doc, place.i, place.i + 1, " ".join(filter(None, (relative, number, place.text))))
 
 
@@ -410,6 +467,9 @@ def _relative_from_with(doc, root, lexicon) -> Candidate | None:
         return None
     if kind_of(root, lexicon) not in ("noun.artifact", "noun.food", "noun.location", "noun.object"):
         return None
+    if any(o.tag_ == "NN" and not any(c.dep_ in ("det", "poss", "nummod") for c in o.children)
+           for o in rights[0].children if o.dep_ == "pobj"):
+        return None  # "a room with balcony" is a caption's shorthand; "a room that has balcony" is an error
     number = _number(root, len(doc))
     if number is None:
         return None

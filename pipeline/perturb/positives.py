@@ -58,7 +58,7 @@ RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_CONVERSE, RULE_VOICE, RULE_CLAUSE, RULE_R
 # no ground "the ground", no "walking around it", no order-free exchange of a list. clause/2: a caption opening
 # with a photo frame ("A photo of a man riding a horse") has its scene said another way inside the frame ("A photo
 # of a man who is riding a horse"; frames.py); before, clause refused every framed caption.
-VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 2, RULE_CONVERSE: 2, RULE_VOICE: 2}
+VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 5, RULE_CONVERSE: 2, RULE_VOICE: 2}
 # The rules that rewrite a framed caption's scene. Not converse or voice: they change the phrase's head, which is
 # what the photo is of ("A blurry photo of a toilet seat in a bathroom" is not "... of a bathroom with a toilet seat
 # in it": round 8's readers); swap and replace see the whole caption, frame and all.
