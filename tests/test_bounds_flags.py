@@ -46,6 +46,7 @@ OUT_OF_RANGE = {
     "max_caption_chars": ["0", "1000001", INT64_END],
     "max_caption_words": ["0"],
     "max_json_depth": ["0", "201"],
+    "max_record_bytes": ["1023", str(2**30 + 1), INT64_END],
     "max_failed_fraction": ["nan", "1.5"],
     "max_substitution_share": ["0", "1.5", "nan"],
     "dask_workers": ["-1", "1025"],

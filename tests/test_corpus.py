@@ -126,11 +126,13 @@ def test_a_jsonl_file_read_in_ranges_gives_every_line_once(tmp_path):
         assert keys == [f"k{i}" for i in range(500)], size
 
 
-def test_a_parquet_file_is_read_a_row_group_per_unit(tmp_path):
+def test_a_parquet_file_is_read_in_units_of_row_groups(tmp_path, monkeypatch):
+    """Row groups are gathered until a unit holds UNIT_ROWS rows; each unit knows its first row's position."""
+    monkeypatch.setattr(corpus, "UNIT_ROWS", 4)
     pq.write_table(pa.Table.from_pylist(records(10)), tmp_path / "s.parquet", row_group_size=3)
     [f] = [corpus.InputFile(str(tmp_path / "s.parquet"), "s.parquet", "img2dataset", 0)]
     units = corpus.units([f])
-    assert [(u.start, u.end) for u in units] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert [(u.start, u.end, u.first_row) for u in units] == [(0, 2, 0), (2, 4, 6)]
     positions = [i for u in units for i, _ in corpus._raw_records(u, corpus.Columns())]
     assert positions == list(range(10))
 
@@ -185,7 +187,7 @@ def test_the_launcher_reads_each_footer_once_per_version_of_the_file(tmp_path, m
     _, opts = parse(["--stage=train_negatives", f"--captions={tmp_path}/*.parquet", f"--output_dir={tmp_path}/out"])
     for _ in range(3):
         files = corpus.input_files(opts)
-        assert [u.end for u in corpus.units(files)] == [1, 2, 3] * 3
+        assert [u.end for u in corpus.units(files)] == [3] * 3
         assert corpus.expected_records(opts) == 30
         corpus.fingerprint(opts, files)
     assert len(opened) == 3

@@ -132,7 +132,7 @@ def test_n21_a_reply_past_the_cap_fails_with_bounded_memory_and_is_not_cached(tm
 
 
 @pytest.mark.parametrize("given,url,problem", [
-    ("OPENAI_BASE_URL", "not a url", "not an http:// or https:// URL (e.g. http://localhost:8000/v1)"),
+    ("OPENAI_BASE_URL", "not a url", "not a URL: it holds a space"),  # not shown: round 5's M12
     ("--llm_base_url", "localhost:8000/v1", "not an http:// or https:// URL"),
     ("--llm_base_url", "http://[::1/v1", "not a URL ("),
     ("OPENAI_BASE_URL", "http://127.0.0.1:99999/v1", "port 99999 is not from 1 to 65535"),
@@ -143,5 +143,31 @@ def test_n14_a_base_url_that_is_no_url_is_one_line_exit_2_before_any_work(tmp_pa
     monkeypatch.setenv("OPENAI_BASE_URL", url if given == "OPENAI_BASE_URL" else "http://127.0.0.1:1/v1")
     assert main(hard_positives(out, *([f"--llm_base_url={url}"] if given == "--llm_base_url" else []))) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: {given}={url}: {problem}"), lines
+    shown = "" if " " in url else f"={url}"  # a value with a space may hide a password's end (M12)
+    assert len(lines) == 1 and lines[0].startswith(f"error: {given}{shown}: {problem}"), lines
     assert not out.exists()
+
+
+@pytest.mark.parametrize("given", ["--llm_base_url", "OPENAI_BASE_URL"])
+def test_n25_credentials_in_the_base_url_are_never_printed(tmp_path, monkeypatch, capsys, given):
+    """46709a5 printed `http://user:secret@host/v1` twice in the error line of a server it could not reach."""
+    url = "http://user:secret@127.0.0.1:1/v1?api_key=hidden"
+    out = tmp_path / "out"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    assert main(hard_positives(out, *([f"--llm_base_url={url}"] if given == "--llm_base_url" else []))) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {given}=http://***@127.0.0.1:1/v1?api_key=***: "
+                                                   f"cannot reach the LLM server: GET "
+                                                   f"http://***@127.0.0.1:1/v1/models?api_key=***"), lines
+    assert "secret" not in lines[0] and "hidden" not in lines[0]
+
+
+def test_n25_a_base_url_with_a_query_string_keeps_it_after_each_endpoint(tmp_path):
+    """46709a5 appended /models after the query (GET /v1?api-version=1/models, a 404), and so each prompt's
+    /chat/completions. Now the endpoint goes on the path and the query stays after it."""
+    out = tmp_path / "out"
+    with CompletionsServer(stop_after=120) as server:
+        assert main(hard_positives(out, f"--llm_base_url={server.base_url}?api-version=1",
+                                   "--positive_checks=rules")) == 0
+    assert server.model_lists == 1 and server.paths and set(server.paths) == {"/v1/chat/completions"}
+    assert set(server.queries) == {"api-version=1"}

@@ -268,3 +268,30 @@ def test_bad_hub_repo_fails_fast(release, capsys):
     out, _ = release
     assert main(["--stage=publish", f"--output_dir={out}", "--hub_repo=not a repo"]) == 2
     assert "--hub_repo must look like ORG/NAME" in capsys.readouterr().err
+
+
+def test_n20_a_captions_run_publishes_and_loads_with_datasets(tmp_path, capsys):
+    """An img2dataset corpus (its parquet shards, a failed download among them) through --stage=all, then
+    --stage=publish: 46709a5's card took report.json's `inputs.captions`, a list, for a path and publish ended in
+    a traceback. Now the folder publishes and every config loads with datasets, row for row."""
+    import datasets
+    import pyarrow as pa
+
+    from tests.test_corpus import records
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for number in range(2):
+        pq.write_table(pa.Table.from_pylist(records(10, 10 * number, failed={4})), corpus / f"{number:05d}.parquet")
+    out = tmp_path / "out"
+    assert main(["--stage=all", f"--captions={corpus}/*.parquet", f"--output_dir={out}", "--progress_seconds=0"]) == 0
+    assert report(out)["tables"]["train"]["discard_reasons"]["image_not_downloaded"] == 2
+    capsys.readouterr()
+    assert main(["--stage=publish", f"--output_dir={out}"]) == 0
+    card = (out / "hub" / "README.md").read_text()
+    assert "inputs: captions=*.parquet" in card
+    for config in ("train_negatives", "hard_positives", "train"):
+        loaded = datasets.load_dataset(str(out / "hub"), config, split="train", cache_dir=str(tmp_path / "cache"))
+        written = rows_of(out, config)
+        assert written and sorted(loaded["example_id"]) == sorted(r["example_id"] for r in written)
+        assert {r["key"] for r in written} <= {f"k{i:05d}" for i in range(20)} - {"k00004", "k00014"}

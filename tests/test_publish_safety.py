@@ -168,3 +168,31 @@ def test_case8_publish_sends_nothing_to_the_hub_when_a_check_fails(run_folder):
     assert done.returncode == 2, done.stderr
     assert "the counts of table order_eval do not balance" in done.stderr
     assert _StandInHub.requests == []
+
+
+@pytest.mark.parametrize("linked", ["shard", "table folder"])
+def test_n23_a_shard_or_table_folder_that_is_a_link_is_never_published(run_folder, tmp_path, capsys, linked):
+    """A run's shard replaced by a symbolic link to the same bytes outside the folder (so its sha256 holds):
+    46709a5 published the link itself, pointing outside, and the next publish refused its own folder. Now
+    publish refuses it before writing anything, and so does load_table."""
+    shard = next((run_folder / "order_eval").glob("*.parquet"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if linked == "shard":
+        target = outside / shard.name
+        shard.rename(target)
+        shard.symlink_to(target)
+        link = shard
+    else:
+        target = outside / "order_eval"
+        (run_folder / "order_eval").rename(target)
+        (run_folder / "order_eval").symlink_to(target)
+        link = run_folder / "order_eval"
+    hub = tmp_path / "hub"
+    assert main(publish(run_folder, f"--publish_dir={hub}")) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == [f"error: {link}: a symbolic link (to {target}), which hardpos never reads a table through or "
+                     f"publishes; put the file itself there, or run the stage again"]
+    assert not hub.exists()
+    with pytest.raises(PublishError, match="a symbolic link"):
+        load_table(str(run_folder), "order_eval")

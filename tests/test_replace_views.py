@@ -92,8 +92,12 @@ def test_held_out_leaves_out_the_rows_the_finetuning_substitutions_reach_either_
 
 def test_held_out_from_the_train_table_a_checkpoint_records_with_its_type_filters(finetune_run, replace_rows,
                                                                                 tmp_path):
+    from pipeline.train.finetune import train_table_record
+
     args = {"data": str(finetune_run), "positive_types": "all", "negative_types": "all"}
-    finetuned = checkpoint(tmp_path / "final.pt", args=args)
+    # the table's fingerprint, as the trainer records it: held_out reads the table only while it is that one
+    record = train_table_record(str(finetune_run))
+    finetuned = checkpoint(tmp_path / "final.pt", args=args, train_table=record)
     view = replace_views.held_out(None, None, finetuned)
     assert left_out(view, replace_rows) == REACHED
     assert str(finetune_run) in view.info["source"]
@@ -101,7 +105,7 @@ def test_held_out_from_the_train_table_a_checkpoint_records_with_its_type_filter
     patched = checkpoint(tmp_path / "patched.pt", alpha=0.5, pretrained="", finetuned=finetuned)
     assert left_out(replace_views.held_out(None, None, patched), replace_rows) == REACHED
     # The run kept only swap positives: riding -> on alone was trained on, and it reaches no REPLACE row.
-    swap_only = checkpoint(tmp_path / "swap.pt", args={**args, "positive_types": "swap"})
+    swap_only = checkpoint(tmp_path / "swap.pt", args={**args, "positive_types": "swap"}, train_table=record)
     view = replace_views.held_out(None, None, swap_only)
     assert view.info["substitutions"] == 1 and left_out(view, replace_rows) == {}
 
@@ -251,3 +255,45 @@ def test_a_finetune_table_shard_changed_since_its_run_recorded_it_is_refused(fin
     shard.write_bytes(bytes(data))
     with pytest.raises(replace_views.UsageError, match="sha256 differs"):
         held_out(str(run), None, None)
+
+
+def test_n26_a_substitutions_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path):
+    """46709a5 ended in a UnicodeDecodeError traceback for a --finetune_substitutions file in latin-1."""
+    path = tmp_path / "subs.txt"
+    path.write_bytes("sitting -> s\xe9ated\n".encode("latin-1"))
+    with pytest.raises(replace_views.UsageError, match=r"subs.txt is not UTF-8 text \(byte 12 is b'\\xe9'\)"):
+        replace_views.read_substitution_file(str(path))
+    with pytest.raises(replace_views.UsageError, match="/dev/zero is not a regular file"):
+        replace_views.read_substitution_file("/dev/zero")
+
+
+@pytest.mark.parametrize("damage", ["report is a list", "a section is a list", "sha256 is a list",
+                                    "caption is int", "hard_positive is a list"])
+def test_n27_a_finetune_table_with_an_odd_report_or_columns_is_one_line(finetune_run, tmp_path, damage):
+    """--finetune_table whose report.json is [] or has odd sections, or whose text columns are int or list: an
+    AttributeError traceback on 46709a5; now a UsageError naming the file."""
+    import shutil
+
+    import pyarrow as pa
+
+    run = tmp_path / "run"
+    shutil.copytree(finetune_run, run)
+    report_path = run / "report.json"
+    report = json.loads(report_path.read_text())
+    if damage == "report is a list":
+        report = []
+    elif damage == "a section is a list":
+        report["tables"]["train"] = []
+    elif damage == "sha256 is a list":
+        report["tables"]["train"]["sha256"] = []
+    else:
+        report_path.unlink()  # a user's own table: nothing to check its shards against
+        column = damage.split()[0]
+        values = [1, 2] if damage.endswith("int") else [["a"], ["b"]]
+        other = "hard_positive" if column == "caption" else "caption"
+        shard = next((run / "train").glob("*.parquet"))
+        pq.write_table(pa.table({column: values, other: ["a cat", "a dog"]}), shard)
+    if not damage.startswith(("caption", "hard_positive")):
+        report_path.write_text(json.dumps(report))
+    with pytest.raises(replace_views.UsageError, match=r"^--finetune_table: .*(not a hardpos report|not text)"):
+        replace_views.held_out(str(run), None, None)

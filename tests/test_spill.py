@@ -120,7 +120,7 @@ def crossings(argv: list[str]) -> list[str]:
     with spill.spilling(folder):
         STAGES[opts.stage].build(pipeline, opts)
     if folder:
-        os.rmdir(folder)
+        spill.remove_folder(folder)
     proto = pipeline.to_runner_api()
     names = {tid: t.unique_name for tid, t in proto.components.transforms.items()}
     producer = {out: t.unique_name for t in proto.components.transforms.values() if not t.subtransforms

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.report import REPORT_FILE, read_json
-from pipeline.tables.folders import PublishError, changed_file, recorded_shards
+from pipeline.tables.folders import (
+    PublishError,
+    changed_file,
+    check_real_files,
+    local_parquet_files,
+    recorded_shards,
+    report_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -27,10 +35,13 @@ def recorded_sections(folder: str) -> dict[str, dict]:
         return {}
     try:
         report = read_json(report_path)
-        return {name: section for name, section in report["tables"].items() if isinstance(section, dict)}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, not UTF-8, not a report
+    except ValueError as e:  # not JSON, not UTF-8
         raise PublishError(f"{report_path}: unreadable report ({type(e).__name__}: {str(e).splitlines()[0]}); run "
                            f"the stage again") from None
+    problem = report_problem(report)
+    if problem:
+        raise PublishError(f"{report_path}: not a hardpos report ({problem}); run the stage again")
+    return report.get("tables", {})
 
 
 def recorded_table(folder: str, table: str) -> RecordedTable | None:
@@ -42,11 +53,17 @@ def recorded_table(folder: str, table: str) -> RecordedTable | None:
         return None
     prefix = folder.rstrip("/") + "/"
 
+    local = "://" not in folder
+
     def parquet_files(sub: str) -> list[str]:
+        if local:  # links not followed: a table folder that is one is refused
+            return local_parquet_files(Path(folder), sub)
         found = FileSystems.match([FileSystems.join(folder, sub, "*.parquet")])[0].metadata_list
         return [m.path[len(prefix):].replace("\\", "/") for m in found]
 
     shards = recorded_shards(folder.rstrip("/"), table, section, parquet_files)
+    if local:  # a shard that is a link (to anywhere) is read by no stage of ours
+        check_real_files(Path(folder), [Path(folder) / relative for relative in shards])
     return RecordedTable(FileSystems.join(folder, REPORT_FILE), section,
                          {FileSystems.join(folder, relative): sha256 for relative, sha256 in shards.items()})
 

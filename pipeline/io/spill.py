@@ -12,14 +12,20 @@ Off (every function the identity, or Beam's GroupByKey) unless the launcher set 
 (pipeline/run.py: the local runner by default, Dask with a shared --spill_dir; Dataflow's shuffle service needs
 none). Outputs never depend on it: consumers
 sort where order matters, as they must after any shuffle. A file is named by a random id, so bundles, workers and
-retries never share one; the folder is removed after the run.
+retries never share one; the folder is removed after the run, and a later run removes that of a run that was
+killed (its lock file, held while it lives, is then free: make_folder).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
+import re
 import shutil
+import stat
+import tempfile
+import time
 import uuid
 import zlib
 
@@ -50,15 +56,118 @@ def directory() -> str | None:
     return _directory
 
 
+PREFIX = "hardpos-spill-"
+MARK = ".hardpos-spill.lock"  # in each run's spill folder, locked (flock) by the run for as long as it lives
+_held: dict[str, int] = {}  # this process's spill folders -> their lock's descriptor
+MAKING_SECONDS = 60  # a folder still under its making name after this long was left by a run killed then
+
+
+def make_folder(parent: str | None, stage: str) -> str:
+    """A new spill folder of this run in parent (default: the temporary folder), holding its lock; first the
+    folders of runs that died there (SIGKILL: at CC3M's size, GBs each) are removed. The folder is made and
+    locked under a dot-name and renamed into place, so that no other run ever finds it unlocked. OSError when
+    parent cannot hold it."""
+    parent = parent or tempfile.gettempdir()
+    remove_stale(parent)
+    making = tempfile.mkdtemp(prefix=f".{PREFIX}making-", dir=parent)
+    fd = os.open(os.path.join(making, MARK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    folder = os.path.join(parent, f"{PREFIX}{stage}-{uuid.uuid4().hex[:12]}")
+    os.rename(making, folder)
+    _held[folder] = fd
+    return folder
+
+
+# The names this module gives: a run's folder (make_folder: the stage, 12 hex digits), the same while it is removed
+# (remove_folder), and a folder being made (tempfile.mkdtemp's random part: lower-case letters, digits, _).
+_RUN_FOLDER = re.compile(rf"^{re.escape(PREFIX)}[a-z0-9_]+-[0-9a-f]{{12}}(?:\.removing)?$")
+_MAKING_FOLDER = re.compile(rf"^\.{re.escape(PREFIX)}making-[a-z0-9_]+$")
+
+
+def _dead_runs_lock(folder: str) -> int | None:
+    """The lock of folder, now held by this process, when folder is provably a spill folder of a run that is gone:
+    it holds the lock file, a regular file (not a link), and no process holds its lock (the kernel releases a dead
+    process's flock). None otherwise: a folder without the lock file is not one this version made, and one whose
+    lock is held is a live run's (or being removed by one)."""
+    try:
+        fd = os.open(os.path.join(folder, MARK), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale(parent: str) -> list[str]:
+    """Removes the spill folders in parent whose run is gone, and those a removal left half done; the folders
+    removed. Only what is provably such a folder: a name this module gives, holding the lock file, whose lock is
+    free (_dead_runs_lock). Anything else, a user's `hardpos-spill-mine.removing` too, is left."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if (_RUN_FOLDER.match(e.name) or _MAKING_FOLDER.match(e.name))
+                   and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith(".") and time.time() - entry.stat(follow_symlinks=False).st_mtime < MAKING_SECONDS:
+            continue  # being made this moment, its lock perhaps not yet taken
+        fd = _dead_runs_lock(entry.path)
+        if fd is None:
+            continue
+        try:
+            if entry.name.endswith(".removing"):  # a removal cut short: its lock file is the last thing removed
+                _remove_tree(entry.path)
+            else:
+                remove_folder(entry.path)
+            removed.append(entry.path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _remove_tree(folder: str) -> None:
+    """Removes a spill folder, its lock file last: a removal cut short leaves a folder the next run can still tell
+    is a spill folder, and finish."""
+    try:
+        with os.scandir(folder) as entries:
+            found = list(entries)
+    except OSError:
+        return
+    for entry in found:
+        if entry.name == MARK:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        if os.listdir(folder) in ([MARK], []):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, MARK))
+            os.rmdir(folder)
+
+
 def remove_folder(folder: str) -> None:
     """Removes a run's spill folder, also while a stopped run's threads still write: renamed first, it can gain
-    no new file (a Writer makes only its leaf folder), so the removal of the renamed one is complete."""
+    no new file (a Writer makes only its leaf folder), so the removal of the renamed one is complete. Its lock is
+    released after."""
     gone = f"{folder}.removing"
     try:
-        os.rename(folder, gone)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(gone, ignore_errors=True)
+        try:
+            os.rename(folder, gone)
+        except FileNotFoundError:
+            return
+        _remove_tree(gone)
+    finally:
+        fd = _held.pop(folder, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def partition_of(key, partitions: int) -> int:

@@ -66,6 +66,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
     replay_path: str = ""
+    replay_max_line_bytes: int = 1 << 20  # --max_record_bytes: a longer replay line refuses the file, unread
     chat_format: str = "auto"
     prompt_set: str = "paper"
     extra: dict = field(default_factory=dict)
@@ -156,14 +157,14 @@ class TransformersEngine:
 
 class OpenAIEngine:
     def __init__(self, config: EngineConfig):
-        from pipeline.llm.openai_client import CompletionsClient  # httpx
+        from pipeline.llm.openai_client import CompletionsClient, endpoint  # httpx
 
         if not config.base_url:
             raise ValueError("--llm_engine=openai needs --llm_base_url (e.g. http://localhost:8000/v1)")
         self.chat = config.chat_format == "auto"
         self.chat_format = config.chat_format
         self.model = config.model
-        url = config.base_url.rstrip("/") + ("/chat/completions" if self.chat else "/completions")
+        url = endpoint(config.base_url, "chat/completions" if self.chat else "completions")
         self.client = CompletionsClient(url, self.chat, config.concurrency, config.timeout_s, config.request_retries,
                                         config.max_reply_bytes)
 
@@ -214,19 +215,25 @@ class ReplayError(ValueError):
     """A replay file that cannot be used; the message names the file and line."""
 
 
-def read_replay(path: str):
+def read_replay(path: str, max_line_bytes: int = 1 << 20):
     """The records of a replay file, one at a time: one JSON object per line with type (a positive type or an LLM
     negative type; positive_type is read too), caption and text. ReplayError (one line, naming file:line) for an
-    empty file, a line that is not UTF-8 or not such an object, and two different answers to one prompt (which
-    would make the output depend on file order). Streamed: a full-size file is a few hundred MB."""
+    empty file, a line longer than max_line_bytes (--max_record_bytes; measured in pieces, never read whole), a line
+    that is not UTF-8 or not such an object, a caption or text holding a lone surrogate (a JSON \\ud800 escape:
+    Beam's coder cannot encode it), and two different answers to one prompt (which would make the output depend on
+    file order). Streamed: a full-size file is a few hundred MB."""
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
+    from pipeline.perturb.text import has_surrogates
+    from pipeline.sources.files import LongLine, stream_lines
 
     seen = _AnswerDigests()
     with FileSystems.open(path) as f:
-        for number, raw in enumerate(iter(f.readline, b""), 1):
-            raw = raw.rstrip(b"\n")
+        for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):
+            if isinstance(raw, LongLine):
+                raise ReplayError(f"{path}:{number}: a line of {raw.size:,} bytes, longer than --max_record_bytes="
+                                  f"{max_line_bytes:,} (measured, never held)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -244,7 +251,11 @@ def read_replay(path: str):
                                                        for k in ("type", "caption", "text")):
                 raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
             if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
-                raise ReplayError(f"{path}:{number}: unknown type {record['type']!r}")
+                raise ReplayError(f"{path}:{number}: unknown type {record['type']!r:.80}")
+            for name in ("caption", "text"):
+                if has_surrogates(record[name]):
+                    raise ReplayError(f"{path}:{number}: its {name} holds a lone surrogate (a JSON escape "
+                                      f"\\ud800-\\udfff), not text")
             seen.add(_digest(record["type"] + "\0" + record["caption"]), _digest(record["text"]), number)
             yield record
     if not len(seen):
@@ -295,7 +306,7 @@ class ReplayEngine:
         if not config.replay_path:
             raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
         digests, blob, ends = bytearray(), bytearray(), array.array("q")
-        for record in read_replay(config.replay_path):
+        for record in read_replay(config.replay_path, config.replay_max_line_bytes):
             digests += _digest(load_prompt(record["type"], config.prompt_set).text(record["caption"]))
             blob += record["text"].encode("utf-8", "surrogatepass")
             ends.append(len(blob))

@@ -233,6 +233,18 @@ def _description(table: Table) -> str:
         return ""
 
 
+def _mapping(value) -> dict:
+    """A report's section as read: a report edited or written by another version may hold anything there."""
+    return value if isinstance(value, dict) else {}
+
+
+def _input_names(value) -> str:
+    """An input flag's value as the card names it: the file names of a path or of each pattern of a list
+    (--captions is repeatable), never the folders above them, which are the maker's machine's."""
+    values = value if isinstance(value, list) else [value]
+    return ",".join(str(v).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] for v in values)
+
+
 def _provenance(tables: list[Table]) -> list[str]:
     lines = []
     seen = set()
@@ -244,7 +256,7 @@ def _provenance(tables: list[Table]) -> list[str]:
         seen.add(run)
         names = ", ".join(x.config for x in tables
                           if x.run_dir == t.run_dir and x.stage_report.get("stage") == report.get("stage"))
-        inputs = ", ".join(f"{k}={v.rsplit('/', 1)[-1]}" for k, v in sorted(report.get("inputs", {}).items()))
+        inputs = ", ".join(f"{k}={_input_names(v)}" for k, v in sorted(_mapping(report.get("inputs")).items()))
         lines.append(f"- `--stage={report.get('stage')}` wrote {names}; inputs: {inputs or '(none recorded)'}")
         for name, section in report.get("tables", {}).items():
             extras = []

@@ -10,7 +10,10 @@
 
 Each image is fetched once for all tables (COCO rows share it by image_id, Visual Genome rows by image_path).
 A run asks img2dataset only for images no complete shard holds or failed on (those too with retry_failed),
-numbering its shards after the existing ones (incremental_mode="extend"), so a re-run fetches nothing twice.
+numbering its shards after the existing ones (incremental_mode="extend"), so a re-run fetches nothing twice. A
+kept attempt counts for a row only when it was made at the url the row names now (an image id of an earlier corpus
+with other urls is another picture), and a kept image only while its stored bytes have the sha256 recorded when its
+shard was checked (else it is taken out, changed_since_fetched, and fetched again).
 A shard is complete once img2dataset wrote its _stats.json: the files of an incomplete one (an interrupted
 run) are removed and its images asked for again by the next run.
 
@@ -27,6 +30,7 @@ took one worker to 3 GB for it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import math
@@ -64,7 +68,11 @@ REFUSED = ("url_not_http", "path_outside_image_root", AMBIGUOUS_IMAGE_ID)
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 IMAGE_EXT = "jpg"  # img2dataset encode_format: the tar member suffix and the parquet image column
 DECODE_FAILED = "failed_to_decode"
+CHANGED = "changed_since_fetched"  # the status of a stored image whose bytes are no longer the ones recorded
 VERIFIED = "hardpos_verified"
+# In a shard's stats, once checked: key -> sha256 of the image bytes stored for it, which a later run compares
+# before it reuses the image (img2dataset's own sha256 is of the fetched bytes, which it may have re-encoded).
+STORED_SHA256 = "hardpos_stored_sha256"
 FAILURES_LISTED = 100
 _SHARD_FILE = re.compile(r"^(\d+)(\.tar|\.parquet|_stats\.json)$")
 _META_COLUMNS = ["key", "image_key", "url", "status", "error_message", "width", "height", "original_width",
@@ -170,6 +178,8 @@ def failure_reason(status: str, error: str | None) -> str:
     error = error or ""
     if TOO_MANY_PIXEL_VALUES_ERROR in error:
         return TOO_MANY_PIXEL_VALUES
+    if status == CHANGED:
+        return CHANGED
     if status == DECODE_FAILED or error == "Image decoding error" or error.startswith(HEADER_ERROR):
         return "decode_error"
     http = re.match(r"HTTP Error (\d+)", error)
@@ -238,8 +248,10 @@ def shard_data_file(shards_dir: str, name: str) -> str:
     return tar if os.path.exists(tar) else os.path.join(shards_dir, f"{name}.parquet")
 
 
-def read_attempts(images_dir: str) -> dict[str, Attempt]:
-    """image_key -> the attempt that counts: the first success, else the latest failure."""
+def read_attempts(images_dir: str, wanted: Mapping[str, str] | None = None) -> dict[str, Attempt]:
+    """image_key -> the attempt that counts: the first success, else the latest failure. With `wanted` (image_key ->
+    the url the rows name now), only the attempts at that url count: an image fetched earlier from another URL (the
+    same COCO image id in an earlier corpus) is another picture, never given to these rows."""
     shards_dir = os.path.join(images_dir, SHARDS)
     chosen: dict[str, Attempt] = {}
     for name in complete_shards(shards_dir):
@@ -249,6 +261,8 @@ def read_attempts(images_dir: str) -> dict[str, Attempt]:
             attempt = Attempt(row["image_key"], data, row["key"], row["url"], row["status"], row["error_message"],
                               row["width"], row["height"], row["original_width"], row["original_height"],
                               row["sha256"])
+            if wanted is not None and wanted.get(attempt.image_key) != attempt.url:
+                continue
             previous = chosen.get(attempt.image_key)
             if previous is None or not previous.ok:
                 chosen[attempt.image_key] = attempt
@@ -386,8 +400,8 @@ def _write_atomic(path: str, write) -> None:
     os.replace(tmp, path)
 
 
-def _drop_samples(shards_dir: str, name: str, bad: dict[str, str]) -> None:
-    """Take the images in `bad` (key -> error) out of the shard and mark their attempts failed_to_decode."""
+def _drop_samples(shards_dir: str, name: str, bad: dict[str, str], status: str = DECODE_FAILED) -> None:
+    """Take the images in `bad` (key -> error) out of the shard and mark their attempts `status`."""
     tar_path = os.path.join(shards_dir, f"{name}.tar")
     if os.path.exists(tar_path):
         def write_tar(tmp):
@@ -400,7 +414,7 @@ def _drop_samples(shards_dir: str, name: str, bad: dict[str, str]) -> None:
     table = pq.read_table(meta_path)
     hit = pc.is_in(table["key"], value_set=pa.array(sorted(bad), pa.string()))
     errors = [bad.get(k, e) for k, e in zip(table["key"].to_pylist(), table["error_message"].to_pylist(), strict=True)]
-    columns = {"status": pc.if_else(hit, pa.scalar(DECODE_FAILED), table["status"]),
+    columns = {"status": pc.if_else(hit, pa.scalar(status), table["status"]),
                "error_message": pa.array(errors, pa.string())}
     for column in ("width", "height", "original_width", "original_height", "sha256", IMAGE_EXT):
         if column in table.column_names:
@@ -412,42 +426,89 @@ def _drop_samples(shards_dir: str, name: str, bad: dict[str, str]) -> None:
     _write_atomic(meta_path, lambda tmp: pq.write_table(table, tmp, row_group_size=100))
 
 
+def _take_out(shards_dir: str, name: str, stats: dict, bad: dict[str, str], status: str) -> None:
+    """Take the images in `bad` (key -> error) out of the shard, their attempts marked `status`, and count them so
+    in the shard's stats (not written here)."""
+    if not bad:
+        return
+    meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "status"])
+    successes = {k for k, st in zip(meta["key"].to_pylist(), meta["status"].to_pylist(), strict=True)
+                 if st == "success"}
+    _drop_samples(shards_dir, name, bad, status)
+    lost = len(successes & bad.keys())
+    stats["successes"] = stats.get("successes", 0) - lost
+    stats[status] = stats.get(status, 0) + lost
+    status_dict = stats.setdefault("status_dict", {})
+    status_dict["success"] = status_dict.get("success", 0) - lost
+    status_dict[status] = status_dict.get(status, 0) + lost
+    for key in bad:
+        stats.get(STORED_SHA256, {}).pop(key, None)
+
+
 def verify_shards(images_dir: str, threads: int = 4, max_values: int = MAX_PIXEL_VALUES) -> dict[str, str]:
-    """Check the images of every complete shard not checked yet; returns image_key -> error of those taken out."""
+    """Check the images of every complete shard not checked yet, and record the sha256 of each image's stored bytes
+    (STORED_SHA256); returns image_key -> error of those taken out."""
     shards_dir = os.path.join(images_dir, SHARDS)
     removed: dict[str, str] = {}
     for name in complete_shards(shards_dir):
         stats_path = os.path.join(shards_dir, f"{name}_stats.json")
         stats = json.loads(Path(stats_path).read_text())
-        if stats.get(VERIFIED):
+        if stats.get(VERIFIED) and isinstance(stats.get(STORED_SHA256), dict):
             continue
         meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "image_key", "status"])
         meta = {column: meta[column].to_pylist() for column in meta.column_names}
         image_keys = dict(zip(meta["key"], meta["image_key"], strict=True))
         successes = {k for k, status in zip(meta["key"], meta["status"], strict=True) if status == "success"}
         bad: dict[str, str] = {}
+        stored: dict[str, str] = {}
         seen = set()
         with ThreadPoolExecutor(max(1, threads)) as pool:  # PIL decodes outside the GIL
             for batch in _batches(_shard_images(shards_dir, name), 64):
                 checked = pool.map(functools.partial(check_image, max_values=max_values), [d for _, d in batch])
-                for (key, _), error in zip(batch, checked, strict=True):
+                for (key, data), error in zip(batch, checked, strict=True):
                     seen.add(key)
+                    stored[key] = hashlib.sha256(data).hexdigest()
                     if error:
                         bad[key] = error
         # A success whose bytes are gone (a run stopped between rewriting the tar and its metadata).
         bad.update({key: "image missing from its shard" for key in successes - seen})
-        if bad:
-            _drop_samples(shards_dir, name, bad)
-            lost = len(successes & bad.keys())
-            stats["successes"] -= lost
-            stats["failed_to_decode"] = stats.get("failed_to_decode", 0) + lost
-            status_dict = stats.setdefault("status_dict", {})
-            status_dict["success"] = status_dict.get("success", 0) - lost
-            status_dict[DECODE_FAILED] = status_dict.get(DECODE_FAILED, 0) + lost
+        stats[STORED_SHA256] = {key: sha for key, sha in sorted(stored.items()) if key not in bad}
+        _take_out(shards_dir, name, stats, bad, DECODE_FAILED)
         stats[VERIFIED] = True
         _write_atomic(stats_path, lambda tmp, s=stats: Path(tmp).write_text(json.dumps(s, indent=4)))
         removed.update({image_keys[k]: e for k, e in bad.items()})
     return removed
+
+
+def take_out_changed(images_dir: str, attempts: Mapping[str, Attempt], keys: Iterable[str]) -> set[str]:
+    """Of the images `keys` (image_keys whose attempt in `attempts` is a success), those whose stored bytes are not
+    the ones verify_shards recorded (STORED_SHA256): taken out of their shards, their attempts marked
+    changed_since_fetched, so that they are fetched again and never given to a row. Returns their image_keys."""
+    shards_dir = os.path.join(images_dir, SHARDS)
+    by_shard: dict[str, dict[str, str]] = {}  # shard name -> key in the shard -> image_key
+    for image_key in keys:
+        attempt = attempts[image_key]
+        if attempt.ok:
+            name = Path(attempt.shard).name.split(".", 1)[0]
+            by_shard.setdefault(name, {})[attempt.key] = image_key
+    changed: set[str] = set()
+    for name, members in sorted(by_shard.items()):
+        stats_path = os.path.join(shards_dir, f"{name}_stats.json")
+        stats = json.loads(Path(stats_path).read_text())
+        recorded = stats.get(STORED_SHA256) or {}
+        bad: dict[str, str] = {}
+        seen = set()
+        for key, data in _shard_images(shards_dir, name):
+            if key in members:
+                seen.add(key)
+                if hashlib.sha256(data).hexdigest() != recorded.get(key):
+                    bad[key] = "the stored image's bytes are not the ones recorded when it was fetched"
+        bad.update({key: "image missing from its shard" for key in members.keys() - seen})
+        if bad:
+            _take_out(shards_dir, name, stats, bad, CHANGED)
+            _write_atomic(stats_path, lambda tmp, s=stats: Path(tmp).write_text(json.dumps(s, indent=4)))
+            changed |= {members[key] for key in bad}
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -636,9 +697,15 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     dropped = drop_incomplete_shards(shards_dir)
     # Shards a stopped run left unchecked.
     decode_failures = verify_shards(images_dir, config.threads, config.max_pixel_values)
-    before = read_attempts(images_dir)
     wanted = wanted_images(tables)
-    todo = sorted(k for k in wanted if k not in before or (config.retry_failed and not before[k].ok))
+    # A kept image is given to these rows only when it was fetched from the url they name and its bytes are the
+    # ones stored then; otherwise it is fetched again.
+    before = read_attempts(images_dir, wanted)
+    changed = take_out_changed(images_dir, before, sorted(wanted.keys() & before.keys()))
+    if changed:
+        before = read_attempts(images_dir, wanted)
+    todo = sorted(k for k in wanted if k not in before or k in changed or
+                  (config.retry_failed and not before[k].ok))
     if todo:
         input_path = os.path.join(shards_dir, "_fetch_list.parquet")  # not a shard name: never read as one
         pq.write_table(pa.table({"url": [wanted[k] for k in todo], "image_key": todo}), input_path)
@@ -646,7 +713,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
         os.remove(input_path)
         dropped += drop_incomplete_shards(shards_dir)
         decode_failures.update(verify_shards(images_dir, config.threads, config.max_pixel_values))
-    after = read_attempts(images_dir) if todo else before
+    after = read_attempts(images_dir, wanted) if todo else before
 
     tried = set(todo)
     status = {key: _image_status(after.get(key)) for key in wanted}
@@ -827,7 +894,7 @@ class ShardImages(Mapping):
         tar = shard.endswith(".tar")
         if path not in self._positions:
             found = tar_images(path) if tar else parquet_images(path)
-            self._positions[path] = {k: (first, second) for k, first, second in found}
+            self._positions[path] = {k: (first, second) for k, first, second, _ in found}
         first, second = self._positions[path][key]
         return read_member(path, first, second) if tar else self._groups.image(path, IMAGE_EXT, first, second)
 

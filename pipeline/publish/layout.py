@@ -35,9 +35,11 @@ def place(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(dest):
         dest.unlink()  # the name only: a link left there is not followed
+    if src.is_symlink():  # find_tables refuses them: never published, as a link or through one
+        raise PublishError(f"{src}: a symbolic link, which publish never publishes")
     try:
-        os.link(src, dest)
+        os.link(src, dest, follow_symlinks=False)
     except OSError:
-        shutil.copy2(src, dest)
+        shutil.copy2(src, dest, follow_symlinks=False)
 
 

@@ -15,15 +15,20 @@ import apache_beam as beam
 
 from pipeline.io.dead_letters import REJECTED
 from pipeline.perturb.outcomes import Reject
+from pipeline.perturb.text import has_surrogates, printable
 from pipeline.records import example_id
 from pipeline.sources.files import (
     DEFAULT_BOUNDS,
     INT64,
     READ,
     InputBounds,
+    PROBLEMS,
+    InputChanged,
     InputFileError,
+    problem_count,
     read_json,
     reject_letter,
+    repeated_name,
     require_file,
 )
 
@@ -34,11 +39,15 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def load_captions_file(path: str) -> tuple[list, list]:
-    """(images, annotations) of a COCO captions file, or InputFileError naming what is wrong."""
-    data = read_json(path)
+def load_captions_file(path: str, version: tuple = ()) -> tuple[list, list]:
+    """(images, annotations) of a COCO captions file, or InputFileError naming what is wrong; InputChanged where
+    it is not `version` (files.opened_as_planned)."""
+    data = read_json(path, version, names_once=True)
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a COCO captions object, found a JSON {type(data).__name__}")
+    if repeated_name(data) is not None:  # json keeps the last: a hand-merged file's first annotations were lost
+        raise InputFileError(f"{path}: its object names {printable(repeated_name(data))[:80]!r} twice: which one "
+                             f"holds the captions cannot be told; merge them into one")
     for field in ("images", "annotations"):
         if not isinstance(data.get(field), list):
             raise InputFileError(f"{path}: not a COCO captions file (no '{field}' list)")
@@ -63,6 +72,7 @@ class ImageIndex(dict):
     def __init__(self):
         super().__init__()
         self.duplicates: dict[int, int] = {}
+        self.repeated: dict[int, str] = {}  # id -> the field its entry names twice (which one is meant: not told)
 
 
 def image_index(images: list) -> ImageIndex:
@@ -72,9 +82,12 @@ def image_index(images: list) -> ImageIndex:
         if not (isinstance(image, dict) and _is_int(image.get("id"))):
             continue
         seen[image["id"]] += 1
-        if isinstance(image.get("file_name"), str):
+        if repeated_name(image) is not None:
+            index.repeated[image["id"]] = repeated_name(image)
+        elif isinstance(image.get("file_name"), str):
             url = image.get("coco_url")
             index[image["id"]] = {"file_name": image["file_name"], "image_url": url if isinstance(url, str) else None}
+
     index.duplicates = {image_id: n for image_id, n in seen.items() if n > 1}
     for image_id in index.duplicates:
         index.pop(image_id, None)
@@ -84,6 +97,9 @@ def image_index(images: list) -> ImageIndex:
 def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = DEFAULT_BOUNDS) -> dict:
     if not isinstance(raw, dict):
         raise Reject("not_an_object", f"expected a JSON object, got a JSON {type(raw).__name__}")
+    if repeated_name(raw) is not None:
+        raise Reject("repeated_field", f"field {printable(repeated_name(raw))[:80]!r} appears twice; which one "
+                                       f"holds it cannot be told")
     caption_id = raw.get("id")
     if not _is_int(caption_id):
         raise Reject("bad_id", f"caption annotation id must be an integer, got {caption_id!r:.40}")
@@ -95,9 +111,15 @@ def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = D
     if image_id in images.duplicates:
         raise Reject("duplicate_image_id", f"image_id {image_id} is listed {images.duplicates[image_id]} times in "
                                            f"the file's images")
+    if image_id in images.repeated:
+        raise Reject("repeated_field", f"image {image_id}'s entry names {printable(images.repeated[image_id])[:80]!r} "
+                                       f"twice; which one holds it cannot be told")
     image = images.get(image_id)
     if image is None:
         raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")
+    for field, value in image.items():  # a JSON escape (\\ud800) or a byte that is not UTF-8 in the image's entry
+        if value and (has_surrogates(value) or len(value) > bounds.max_caption_chars):
+            bounds.text(value, field)
     caption = bounds.caption(raw.get("caption"), "caption").strip()
     return {
         "example_id": example_id(SOURCE, str(caption_id)),
@@ -117,9 +139,13 @@ class _ParseCaptions(beam.DoFn):
         self.stage, self.table, self.bounds = stage, table, bounds
 
     def process(self, entry):
-        path, source_file = entry
+        path, source_file, version = entry
         try:
-            images, annotations = load_captions_file(path)
+            images, annotations = load_captions_file(path, version)
+        except InputChanged as e:
+            yield beam.pvalue.TaggedOutput(PROBLEMS, problem_count(str(e)))
+            yield beam.pvalue.TaggedOutput(READ, (source_file, 0))
+            return
         except InputFileError as e:  # a file too large for the launcher to have checked: one dead letter for it
             yield beam.pvalue.TaggedOutput(READ, (source_file, 1))
             yield reject_letter(self.stage, self.table, SOURCE, source_file, -1, Reject("malformed_file", str(e)),
@@ -147,21 +173,21 @@ class ReadCocoCaptions(beam.PTransform):
     """A COCO captions file -> {"records", "rejected", "read": (file, captions in file)}."""
 
     def __init__(self, path: str, stage: str, table: str, bounds: InputBounds = DEFAULT_BOUNDS,
-                 source_file: str | None = None):
+                 source_file: str | None = None, version: tuple = ()):
         super().__init__()
         self.path, self.stage, self.table, self.bounds = path, stage, table, bounds
-        self.source_file = source_file
+        self.source_file, self.version = source_file, version
 
     def expand(self, pbegin):
         source_file = self.source_file or posixpath.basename(self.path.replace("\\", "/"))
         outputs = (
             pbegin
-            | "File" >> beam.Create([(self.path, source_file)])
+            | "File" >> beam.Create([(self.path, source_file, self.version)])
             | "ParseCaptions" >> beam.ParDo(_ParseCaptions(self.stage, self.table, self.bounds))
-            .with_outputs(REJECTED, READ, main="records")
+            .with_outputs(REJECTED, READ, PROBLEMS, main="records")
         )
         records = outputs.records | "Spread" >> beam.Reshuffle()
-        return {"records": records, REJECTED: outputs[REJECTED], READ: outputs[READ]}
+        return {"records": records, REJECTED: outputs[REJECTED], READ: outputs[READ], PROBLEMS: outputs[PROBLEMS]}
 
 
 def labelled(letter: dict, stage: str, table: str) -> dict:

@@ -25,6 +25,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
 from pipeline.tables.folders import PublishError
+from pipeline.urls import redacted
 
 STAGE = "images"
 IMAGE_COLUMNS = ("image_url", "image_path")
@@ -100,8 +101,8 @@ def check_inputs(opts: HardposOptions) -> None:
     root = opts.image_root
     if root and not core.is_url(root):
         if "://" in root:
-            raise UsageError(f"--image_root: unsupported URL scheme in {root} (use {', '.join(core.URL_SCHEMES)} "
-                             f"or a local folder)")
+            raise UsageError(f"--image_root: unsupported URL scheme in {redacted(root)} (use "
+                             f"{', '.join(core.URL_SCHEMES)} or a local folder)")
         if not os.path.isdir(root):
             raise UsageError(f"--image_root: no such folder {root}")
     problem = core.settings_problem(out, opts.image_format, opts.image_size)
@@ -131,7 +132,8 @@ def run_stage(options, opts: HardposOptions) -> dict:
         result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
         report_path = os.path.join(out, REPORT_FILE)
         report = {"stage": STAGE, "output_dir": opts.output_dir, "hardpos": build_info(),
-                  "inputs": {"image_root": opts.image_root, "retry_failed_images": opts.retry_failed_images},
+                  "inputs": {"image_root": opts.image_root and redacted(opts.image_root),
+                             "retry_failed_images": opts.retry_failed_images},
                   **result, "report_path": report_path}
         write_json(report_path, report)
     _print_images(report)
@@ -144,6 +146,6 @@ def _print_images(report: dict) -> None:
           f"now, {figures['already_present']} already there), {figures['failed']} failed "
           f"({figures['failed_this_run']} this run); index: {report['images_dir']}/{core.INDEX}/")
     for failure in report["failures"][:10]:
-        print(f"  failed {failure['reason']}: {failure['url']}")
+        print(f"  failed {failure['reason']}: {redacted(failure['url'])}")
     if figures["failed"] > 10:
         print(f"  ... {figures['failed'] - 10} more failures in {report['report_path']}")

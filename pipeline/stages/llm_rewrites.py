@@ -63,7 +63,8 @@ def engine_config(opts: HardposOptions) -> EngineConfig:
                         device=opts.llm_device, batch_size=opts.llm_batch_size,
                         tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                         gpu_memory_utilization=opts.gpu_memory_utilization,
-                        replay_path=opts.llm_replay or "", chat_format=opts.chat_format, prompt_set=opts.prompt_set)
+                        replay_path=opts.llm_replay or "", replay_max_line_bytes=opts.max_record_bytes,
+                        chat_format=opts.chat_format, prompt_set=opts.prompt_set)
 
 
 def base_sampling(opts: HardposOptions) -> Sampling:
@@ -207,7 +208,7 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
         try:
-            for _ in read_replay(opts.llm_replay):  # checks every line now, before any work
+            for _ in read_replay(opts.llm_replay, opts.max_record_bytes):  # every line checked now, before work
                 pass
         except OSError as e:
             raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: {e}") from None
@@ -230,15 +231,20 @@ def _check_server(opts: HardposOptions) -> None:
     """--llm_base_url (else OPENAI_BASE_URL) names a server that answers, before any work."""
     import os
 
-    from pipeline.llm.openai_client import server_problem, url_problem
+    from pipeline.llm.openai_client import key_problem, server_problem, url_problem
+    from pipeline.urls import hidden_why, redacted
 
     given = "--llm_base_url" if opts.llm_base_url else "OPENAI_BASE_URL"
     opts.llm_base_url = opts.llm_base_url or os.environ.get("OPENAI_BASE_URL")
     if not opts.llm_base_url:
         raise UsageError("--llm_engine=openai needs --llm_base_url or OPENAI_BASE_URL (e.g. http://localhost:8000/v1)")
-    problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
+    problem = key_problem(os.environ.get("OPENAI_API_KEY") or "")  # before any request; never shows the key
     if problem:
-        raise UsageError(f"{given}={opts.llm_base_url}: {problem}")
+        raise UsageError(problem)
+    problem = url_problem(opts.llm_base_url) or server_problem(opts.llm_base_url, min(opts.llm_timeout, 10.0))
+    if problem:  # a URL whose secrets cannot be told apart is not shown at all
+        shown = "" if hidden_why(opts.llm_base_url) else f"={redacted(opts.llm_base_url)}"
+        raise UsageError(f"{given}{shown}: {problem}")
 
 
 def _has_chat_template(model: str | None) -> bool:

@@ -92,10 +92,83 @@ class Table:
         return f"data/{self.config}/{self.split}-*-of-{len(self.files):05d}.parquet"
 
 
+def report_problem(report) -> str | None:
+    """Why a parsed report.json is not one hardpos wrote (each reader walks its sections as objects, and its
+    shards, checksums and inputs as mappings): one that is `[]`, or whose sections are lists, is refused with
+    this, never walked into a traceback. None for a report."""
+    if not isinstance(report, dict):
+        return f"a JSON {type(report).__name__}, not an object"
+    for key in ("tables", "inputs"):
+        if not isinstance(report.get(key, {}), dict):
+            return f"its {key} are not an object"
+    for name, section in report.get("tables", {}).items():
+        if not isinstance(section, dict):
+            return f"its table {name} is not an object"
+        odd = next((k for k in ("shards", "sha256", "dead_letter_shards", "files", "inputs", "made_from")
+                    if section.get(k) is not None and not isinstance(section[k], dict)), None)
+        if odd:
+            return f"table {name}'s {odd} is not an object"
+    return None
+
+
+def read_report(path: Path) -> dict:
+    """A local report.json, or PublishError naming it when it cannot be read or is not a report."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PublishError(f"{path}: unreadable report ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    problem = report_problem(report)
+    if problem:
+        raise PublishError(f"{path}: not a hardpos report ({problem}); move it away or run the stage again")
+    return report
+
+
+def _link_error(path, what: str = "a symbolic link") -> PublishError:
+    """The refusal of a link where a run folder, a table folder, a shard or a report must be: hardpos reads no table
+    through a link and publishes none (one planted there would name files anywhere)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return PublishError(f"{path}: {what} (to {target}), which hardpos never reads a table through or publishes; put "
+                        f"the file itself there, or run the stage again")
+
+
+def _is_link(path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def find_reports(output_dir: Path) -> list[Path]:
-    """report.json of the folder itself and of its subfolders (a folder per stage, as `make sample` writes)."""
-    candidates = [output_dir / REPORT_FILE] + sorted(output_dir.glob(f"*/{REPORT_FILE}"))
-    return [p for p in candidates if p.is_file() and not p.parent.name.startswith(".")]
+    """report.json of the folder itself and of its subfolders (a folder per stage, as `make sample` writes), links
+    never followed: a subfolder that is a symbolic link to a run folder, or a report.json that is a link, is refused
+    (PublishError), never read through (it would publish a folder from anywhere). The folder named itself is taken
+    as named."""
+    output_dir = Path(output_dir)
+    candidates = [output_dir / REPORT_FILE]
+    try:
+        entries = sorted(os.scandir(output_dir), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_symlink():
+            if os.path.isfile(os.path.join(entry.path, REPORT_FILE)):
+                raise _link_error(Path(entry.path), "a symbolic link to a run folder")
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            candidates.append(Path(entry.path) / REPORT_FILE)
+    found = []
+    for path in candidates:
+        if _is_link(path):
+            raise _link_error(path)
+        if path.is_file():
+            found.append(path)
+    return found
 
 
 def is_published_path(relative: str) -> bool:
@@ -158,13 +231,29 @@ def stage_view(report: dict, stage: str) -> dict:
     return {"stage": stage, "inputs": inputs, "tables": tables}
 
 
+def shard_path_problem(relative) -> str | None:
+    """Why a shard path a report records is not one a stage writes: exactly `<table folder>/<shard file>`, relative to
+    the run folder, each part a plain name (so never an absolute path, `..`, `.`, a dot-folder, a backslash or a
+    deeper path, which could name a file outside the run folder or through a link inside it). None when it is."""
+    parts = relative.split("/") if isinstance(relative, str) else []
+    if len(parts) != 2 or any(not part or part.startswith(".") or "\\" in part or "\0" in part for part in parts) \
+            or not SHARD_NAME.match(parts[1]):
+        return "not <table folder>/<split>-SSSSS-of-NNNNN.parquet inside the run folder"
+    return None
+
+
 def recorded_shards(run_dir: str, name: str, section: dict, parquet_files) -> dict[str, str]:
     """{relative path: sha256} of the shards of table `name` as its section of run_dir's report records them, once
-    they are exactly the Parquet files in their folder (`parquet_files(folder)`: the relative paths of those in the
-    folder relative to run_dir) and each has its sha256: what every reader of ours checks a shard against before
-    using it. PublishError (one line) otherwise."""
+    each is a path of the shape a stage writes (shard_path_problem: `<folder>/<shard>` inside run_dir, nothing
+    else), they are exactly the Parquet files in their folder (`parquet_files(folder)`: the relative paths of those
+    in the folder relative to run_dir) and each has its sha256: what every reader of ours checks a shard against
+    before using it. PublishError (one line) otherwise."""
     where = f"{run_dir}/{REPORT_FILE}"
     listed = set(section.get("shards") or {})
+    odd = next((relative for relative in sorted(listed, key=str) if shard_path_problem(relative)), None)
+    if odd is not None:
+        raise PublishError(f"{where}: table {name} lists the shard {odd!r}, {shard_path_problem(odd)} (hardpos reads "
+                           f"no file but a run folder's own shards); run the stage again")
     folders = {posixpath.dirname(relative) for relative in listed}
     if not folders:
         raise PublishError(f"{where}: table {name} lists no shards")
@@ -184,15 +273,51 @@ def recorded_shards(run_dir: str, name: str, section: dict, parquet_files) -> di
     return {relative: checksums[relative] for relative in sorted(listed)}
 
 
+def local_parquet_files(run_dir: Path, folder: str) -> list[str]:
+    """The `<folder>/<name>` of the Parquet files in a local run folder's table folder, links not followed: a table
+    folder that is a link is refused (PublishError), one that is missing holds none."""
+    path = Path(run_dir) / folder
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise PublishError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if stat.S_ISLNK(mode):
+        raise _link_error(path)
+    if not stat.S_ISDIR(mode):
+        return []
+    with os.scandir(path) as entries:
+        return sorted(f"{folder}/{e.name}" for e in entries if e.name.endswith(".parquet") and
+                      not e.name.startswith("."))
+
+
+def check_real_files(run_dir: Path, files) -> None:
+    """Every part of each shard's path below run_dir (its table folder, the shard) is a real folder or a regular
+    file, never a link: PublishError naming the first link, or what else is there. (run_dir is the folder named,
+    or a subfolder of it that find_reports made sure is no link.)"""
+    folders = sorted({Path(p).parent for p in files})
+    for path, want_dir in [*((f, True) for f in folders), *((Path(p), False) for p in files)]:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as e:
+            raise PublishError(f"{path}: cannot be read ({e.strerror or e}); run the stage again") from None
+        if stat.S_ISLNK(mode):
+            raise _link_error(path)
+        if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
+            raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; run the stage again")
+
+
 def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: bool) -> Table:
     where = run_dir / REPORT_FILE
-    recorded = recorded_shards(str(run_dir), name, section,
-                               lambda folder: [f"{folder}/{p.name}" for p in (run_dir / folder).glob("*.parquet")])
+    recorded = recorded_shards(str(run_dir), name, section, lambda folder: local_parquet_files(run_dir, folder))
     if not section.get("balanced") or section.get("rows") != sum(section["shards"].values()):
         raise PublishError(f"{where}: the counts of table {name} do not balance (read != rows + discarded + "
                            f"rejected, or rows != rows in its shards); run the stage again")
     listed = {run_dir / rel: section["shards"][rel] for rel in recorded}
     files = tuple(sorted(listed))
+    # A stage writes no link: one planted at the table folder or a shard would be published, pointing anywhere.
+    check_real_files(run_dir, files)
     if verify:  # before anything reads the files: a damaged footer is a checksum mismatch, not a crash
         check_checksums(run_dir, section, files)
     splits = set()
@@ -206,6 +331,7 @@ def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: b
         try:
             meta = pq.ParquetFile(path)
         except (OSError, ValueError) as e:  # pyarrow's errors for a file that is not Parquet
+            check_checksums(run_dir, section, [path])  # a changed file says so, whatever part of it changed
             raise PublishError(f"{path}: not a readable Parquet file ({e}); run the stage again") from None
         n = meta.metadata.num_rows
         if n != listed[path]:
@@ -236,7 +362,13 @@ def check_checksums(run_dir: Path, section: dict, files) -> None:
     """Every shard has the sha256 that the report section recorded when the shard was written (_read_table made
     sure that one was recorded for each)."""
     for path in files:
-        if file_sha256(str(path)) != section["sha256"][path.relative_to(run_dir).as_posix()]:
+        path = Path(path)
+        if not path.is_relative_to(run_dir):  # _read_table lists only files inside run_dir
+            raise PublishError(f"{path}: not inside the run folder {run_dir}")
+        relative = path.relative_to(run_dir).as_posix()
+        if shard_path_problem(relative) or relative not in (section.get("sha256") or {}):
+            raise PublishError(f"{run_dir / REPORT_FILE}: records no sha256 for {relative}; run the stage again")
+        if file_sha256(str(path)) != section["sha256"][relative]:
             raise changed_file(path, run_dir / REPORT_FILE)
 
 
@@ -269,7 +401,8 @@ def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[st
     staging folder (running, killed, or its commit interrupted) or table shards that no report.json lists."""
     excluded = {p.resolve() for p in exclude}
     found = []
-    for folder in [output_dir, *sorted(p for p in output_dir.iterdir() if p.is_dir())]:
+    # Links are not followed: find_reports refuses a linked run folder, _read_table a linked table folder.
+    for folder in [output_dir, *sorted(p for p in output_dir.iterdir() if p.is_dir() and not p.is_symlink())]:
         if folder.name.startswith(".") or folder.resolve() in excluded or is_published_folder(folder):
             continue
         for staging in map(Path, local_staging_folders(str(folder))):  # hardpos's own, not a user's ".staging-mine"
@@ -279,13 +412,9 @@ def unfinished_runs(output_dir: Path, exclude: tuple[Path, ...] = ()) -> list[st
         listed = set()
         report_path = folder / REPORT_FILE
         if report_path.is_file():
-            try:
-                report = json.loads(report_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                report = {}
-            for section in report.get("tables", {}).values():
+            for section in read_report(report_path).get("tables", {}).values():
                 listed |= {Path(rel).parts[0] for rel in (section.get("shards") or {})}
-        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
             if sub.name in listed or sub.name in (REJECTED, DISCARDED) or sub.name.startswith(".") or \
                     sub.resolve() in excluded or is_published_folder(sub):
                 continue
@@ -316,10 +445,7 @@ def find_tables(output_dir: str | Path, verify: bool = True, allow_partial: bool
     for report_path in find_reports(output_dir):
         if report_path.parent.resolve() in {p.resolve() for p in exclude}:
             continue
-        try:
-            report = json.loads(report_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise PublishError(f"{report_path}: unreadable report ({e})") from None
+        report = read_report(report_path)
         for name, section in report.get("tables", {}).items():
             if _stage_of(report, section) not in TABLE_STAGES:
                 continue
@@ -385,19 +511,3 @@ def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str 
     report = merge_reports(earlier, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
     (out / REPORT_FILE).write_text(json.dumps(report))
     return out
-
-
-def checked_against_report(shard: Path) -> None:
-    """A shard of a run folder (its report.json two levels up records it): its bytes have the recorded sha256, else
-    the error check_checksums gives. A shard no report records (a user's own files) has nothing to be checked
-    against."""
-    run_dir = shard.parent.parent
-    try:
-        report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    relative = shard.relative_to(run_dir).as_posix()
-    for section in report.get("tables", {}).values():
-        if relative in section.get("sha256", {}):
-            check_checksums(run_dir, section, [shard])
-            return

@@ -15,6 +15,8 @@ pipeline/publish/card.py). A table with no rows comes back as an empty Dataset w
 """
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.tables.folders import (
     MANIFEST,
     NEXT,
+    REPORT_FILE,
     PublishError,
     changed_file,
     check_checksums,
@@ -36,12 +39,12 @@ from pipeline.tables.shards import SHARD_NAME, VERIFY_PAGES, file_sha256
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
 
 
-def check_published(folder: Path, config: str) -> list[Path]:
-    """The config's shards in a published folder, checked: exactly the ones its manifest lists, with their sha256,
-    and the card the manifest lists (a card edited to name other files is refused, though load_table reads the
-    shards it checked, never the files a card names). PublishError (one line) otherwise, or when the manifest is
-    unreadable or a publish into the folder was cut off. A folder with no manifest (a download of the Hub
-    repository) has nothing recorded to check against."""
+def check_published(folder: Path, config: str, verify: bool = True) -> list[Path]:
+    """The config's shards in a published folder, checked: exactly the ones its manifest lists, with their sha256
+    (not read when verify is False), and the card the manifest lists (a card edited to name other files is refused,
+    though load_table reads the shards it checked, never the files a card names). PublishError (one line)
+    otherwise, or when the manifest is unreadable or a publish into the folder was cut off. A folder with no
+    manifest (a download of the Hub repository) has nothing recorded to check against."""
     shards = sorted((folder / "data" / config).glob("*.parquet"))
     if (folder / NEXT / MANIFEST).is_file():
         raise PublishError(f"{folder}: a publish into it is switching to its new files, or was cut off doing so "
@@ -56,9 +59,101 @@ def check_published(folder: Path, config: str) -> list[Path]:
         raise PublishError(f"{folder}: {which} is {'not in' if which in on_disk else 'missing, though listed in'} "
                            f"{MANIFEST}; publish again")
     for path, entry in sorted({"README.md": manifest["README.md"], **listed}.items()):
-        if not (folder / path).is_file() or file_sha256(str(folder / path)) != entry["sha256"]:
+        if not (folder / path).is_file() or (verify and file_sha256(str(folder / path)) != entry["sha256"]):
             raise changed_file(folder / path, MANIFEST, "publish again")
     return shards
+
+
+def table_fingerprint(sha256s) -> str:
+    """What identifies a table's rows: the sha256 of its shards' recorded sha256s, sorted (the same for a run
+    folder's table and its published copy, whatever the shards' paths)."""
+    return hashlib.sha256("\n".join(sorted(sha256s)).encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LocalTable:
+    """A table of a local run folder or published folder: its shards (checked against what `recorded_in` recorded,
+    their sha256 too unless read with verify=False) and the sha256 recorded for each; `sha256` is None for a
+    published folder with no manifest (a download of the Hub repository), which records nothing."""
+    config: str
+    shards: tuple[Path, ...]
+    sha256: dict[Path, str] | None
+    recorded_in: str | None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return None if self.sha256 is None else table_fingerprint(self.sha256.values())
+
+
+def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
+    """The table `config` of a local published folder or run folder, checked as load_table checks it (exactly the
+    shards its manifest or report lists, no link, each with its recorded sha256: hashed unless verify is False).
+    None when source is neither (a Hub repository, a user's own folder); PublishError (one line) when the folder
+    has no such table or it does not check."""
+    config = ALIASES.get(config, config)
+    path = Path(source)
+    if not path.is_dir():
+        return None
+    if is_published_folder(path):
+        shards = check_published(path, config, verify)
+        if not shards:
+            raise PublishError(f"{source}: no config {config} (no data/{config}/*.parquet)")
+        if not (path / MANIFEST).is_file():
+            return LocalTable(config, tuple(shards), None, None)
+        manifest = read_manifest(path)
+        return LocalTable(config, tuple(shards), {p: manifest[p.relative_to(path).as_posix()]["sha256"]
+                                                  for p in shards}, str(path / MANIFEST))
+    if not find_reports(path):
+        return None
+    # The table's shards must match the row counts and sha256 of its report; another run still going on in the
+    # folder does not stop this table from loading.
+    tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True, keep_empty=True)}
+    if config not in tables:
+        raise PublishError(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
+    table = tables[config]
+    if verify:
+        check_checksums(table.run_dir, table.section, table.files)
+    return LocalTable(config, table.files,
+                      {p: table.section["sha256"][p.relative_to(table.run_dir).as_posix()] for p in table.files},
+                      str(table.run_dir / REPORT_FILE))
+
+
+def table_folder_of(folder) -> tuple[Path, str] | None:
+    """(the run or published folder, the config) when folder is a table's own folder there: <run>/<folder> that
+    the run's report.json records a table in, or <published>/data/<config>; else None."""
+    folder = Path(folder)
+    if folder.parent.name == "data" and is_published_folder(folder.parent.parent):
+        return folder.parent.parent, folder.name
+    run = folder.parent
+    if not (run / REPORT_FILE).is_file() or folder.is_symlink():
+        return None
+    for table in find_tables(run, verify=False, allow_partial=True, keep_empty=True):
+        if table.files and table.files[0].parent == folder:
+            return run, table.config
+    return None
+
+
+def check_recorded_shard(shard) -> None:
+    """A shard named on its own (one a glob matched): when it lies in a table's folder of a run folder or a
+    published folder, it must be one that the report or manifest lists there, with its sha256, and no link
+    (PublishError otherwise: a stray file beside a table is not part of it). A shard anywhere else (a user's own
+    files) has nothing to be checked against."""
+    shard = Path(shard)
+    where = table_folder_of(shard.parent)
+    if where is None:
+        return
+    table = local_table(where[0], where[1], verify=False)
+    if table.sha256 is None:  # a published folder with no manifest
+        return
+    recorded = {p.name: sha for p, sha in table.sha256.items()}
+    if shard.name not in recorded:
+        raise PublishError(f"{shard}: not one of the shards {table.recorded_in} lists for table {table.config} "
+                           f"(a stray file beside the table); move it away")
+    if shard.is_symlink():
+        raise PublishError(f"{shard}: a symbolic link, which hardpos never reads a table through")
+    if file_sha256(str(shard)) != recorded[shard.name]:
+        raise changed_file(shard, table.recorded_in,
+                           "publish again" if table.recorded_in.endswith(MANIFEST) else "run the stage again")
 
 
 def _no_rows(source: str, config: str, shards: list[Path], split: str | None):
@@ -95,20 +190,9 @@ def load_table(source: str, config: str, split: str | None = None, **kwargs):
 
     config = ALIASES.get(config, config)
     path = Path(source)
-    if path.is_dir() and is_published_folder(path):
-        shards = check_published(path, config)
-        if not shards:
-            raise PublishError(f"{source}: no config {config} (no data/{config}/*.parquet)")
-        loaded = _load_shards(source, config, shards, split, kwargs)
-    elif path.is_dir() and find_reports(path):
-        # The table's shards must match the row counts and sha256 of its report; another run still going on in
-        # the folder does not stop this table from loading.
-        tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True, keep_empty=True)}
-        if config not in tables:
-            raise PublishError(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
-        table = tables[config]
-        check_checksums(table.run_dir, table.section, table.files)
-        loaded = _load_shards(source, config, list(table.files), split, kwargs)
+    table = local_table(source, config)
+    if table is not None:
+        loaded = _load_shards(source, config, list(table.shards), split, kwargs)
     elif path.exists():
         raise PublishError(f"{source}: neither a published folder (README.md with configs) nor a run folder "
                            f"(report.json)")

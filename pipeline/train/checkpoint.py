@@ -150,10 +150,16 @@ def read_training_checkpoint(path: Path) -> dict:
     return state
 
 
-def check_resume_args(saved: dict, args, rows_kept: int) -> None:
+def check_resume_args(saved: dict, args, rows_kept: int, train_table: dict | None = None) -> None:
     if saved["rows_kept"] != rows_kept:
         raise UsageError(f"--data: {rows_kept:,} rows kept but the checkpoint was trained on {saved['rows_kept']:,}; "
                          f"a resumed run must see the same rows")
+    before = saved.get("train_table") if isinstance(saved.get("train_table"), dict) else {}
+    now = (train_table or {}).get("fingerprint")
+    if before.get("fingerprint") and now and before["fingerprint"] != now:  # both recorded (finetune.train_table_record)
+        raise UsageError(f"--data: {args.data} is not the train table the checkpoint was trained on (its shards' "
+                         f"fingerprint is {now[:12]}…, the checkpoint recorded {before['fingerprint'][:12]}…); a resumed "
+                         f"run must see the same rows")
     saved = saved["args"]
     for key in SAME_ON_RESUME:
         if saved.get(key) != getattr(args, key):

@@ -84,7 +84,7 @@ class TrainDataset:
     def __getitem__(self, key: tuple[int, int]) -> dict:
         import torch
 
-        from pipeline.train.images import ImageMissing, ImageOutsideRoot
+        from pipeline.train.images import ImageMissing, ImageOfAnotherRow, ImageOutsideRoot
 
         epoch, i = key
         row = self.table[int(self.indices[i])]
@@ -92,6 +92,8 @@ class TrainDataset:
             image = self._lookup(row, crop=False)
         except ImageOutsideRoot:  # never opened
             return {"skip": "path outside image root", "example_id": row["example_id"]}
+        except ImageOfAnotherRow:  # its key finds another sample's image: never trained on as this row's
+            return {"skip": "image of another row", "example_id": row["example_id"]}
         except ImageMissing:
             return {"skip": "image missing", "example_id": row["example_id"]}
         except ImageTooLarge:  # never decoded: its header says it holds more than the bound

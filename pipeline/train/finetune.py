@@ -13,9 +13,10 @@ logit scale). The hard-positive weight is 1 as in SVLC (its positive loss is add
 what Table 3 sweeps.
 
 Outputs under --out: checkpoints/step_N.pt and checkpoints/latest.pt every --save_every steps and at the last
-step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped}, written atomically and in forms
-torch.load(weights_only=True) reads: pipeline/train/checkpoint.py), final.pt ({"model": state_dict}, loadable by
-pipeline.train.clip.create(model, path)), log.jsonl (every step: each loss term, total, lr, batch size) and
+step ({model, optimizer, scheduler, scaler, step, epoch, rng, args, skipped, train_table}, written atomically
+and in forms torch.load(weights_only=True) reads: pipeline/train/checkpoint.py), final.pt ({"model": state_dict,
+args, train_table}, loadable by pipeline.train.clip.create(model, path)); train_table is the fingerprint of the
+train table read (train_table_record), by which the evaluator knows the table it was trained on, log.jsonl (every step: each loss term, total, lr, batch size) and
 summary.json (rows read/kept, images skipped by reason, steps, images per second over the run and after its first
 WARMUP_STEPS_UNTIMED steps). The run holds --out's lock (.hardpos.lock), so a second trainer into the folder is
 refused; it stops (exit 1, no checkpoint of them) when the loss or the weights after an update are not finite,
@@ -428,6 +429,7 @@ def train(args) -> dict:
                                            type_filter("--negative_types", args.negative_types))
     except (ValueError, FileNotFoundError, ConnectionError) as e:  # PublishError, datasets' not found / offline
         raise UsageError(str(e) if str(e).startswith("--") else f"--data: {e}") from None
+    train_table = train_table_record(args.data)
     steps_per_epoch = len(indices) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"--batch_size: {args.batch_size} is more than the {len(indices)} rows kept")
@@ -450,7 +452,7 @@ def train(args) -> dict:
     step, skipped, skipped_ids = 0, Counter(), []
     log_path = out / "log.jsonl"
     if state is not None:
-        check_resume_args(state, args, len(indices))
+        check_resume_args(state, args, len(indices), train_table)
         restore(state, resume, model, optimizer, scheduler, scaler)
         step, skipped = state["step"], Counter(state["skipped"])
         del state  # its tensors are copied into the model and optimizer
@@ -467,7 +469,7 @@ def train(args) -> dict:
                      "optimizer": optimizer.state_dict(),
                      "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler else None,
                      "step": at, "epoch": at // steps_per_epoch, "rng": rng_state(), "args": vars(args),
-                     "rows_kept": len(indices), "skipped": dict(skipped)}, path)
+                     "rows_kept": len(indices), "skipped": dict(skipped), "train_table": train_table}, path)
         link_latest(path)
         prune_checkpoints(checkpoints, args.keep_checkpoints)
 
@@ -536,7 +538,7 @@ def train(args) -> dict:
         if steady is not None and ended > steady[0] and images_trained > steady[1] else None
     final = out / "final.pt"
     atomic_save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step,
-                 "quick_gelu": uses_quick_gelu(model), "args": vars(args)}, final)
+                 "quick_gelu": uses_quick_gelu(model), "args": vars(args), "train_table": train_table}, final)
     summary = {"rows_read": counts["read"], "rows_kept": counts["kept"],
                "rows_filtered": {k: v for k, v in counts.items() if k not in ("read", "kept")},
                "steps": step, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
@@ -553,6 +555,19 @@ def train(args) -> dict:
               + (f"; e.g. {', '.join(skipped_ids)}" if skipped_ids else ""))
     print(f"done: {step} steps; final weights {final}")
     return summary
+
+
+def train_table_record(data: str) -> dict:
+    """What identifies the train table a run reads, for its checkpoints: {data, fingerprint, shards}, the
+    fingerprint (tables.load.table_fingerprint) of the shards' sha256s that its report.json or manifest records,
+    which load_table has just checked the shards against. None for a Hub repository or a published folder with no
+    manifest, which record none. The evaluator's held_out view takes the table at `data` for the one trained on only
+    when its fingerprint is this one (pipeline/train/replace_views.py)."""
+    from pipeline.tables.load import local_table
+
+    table = local_table(data, "train", verify=False)
+    return {"data": data, "fingerprint": table.fingerprint if table is not None else None,
+            "shards": len(table.shards) if table is not None else None}
 
 
 def check_missing_images(batch: dict, step: int, missing_so_far: int, asked_so_far: int, allowed: float) -> None:

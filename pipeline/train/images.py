@@ -4,7 +4,8 @@ or from a local folder of image files.
 - images stage output (a folder with index/ and shards/): looked up by the row's example_id.
 - img2dataset's output for a corpus (webdataset .tar shards, or parquet shards with the image bytes; the folder
   itself holds them): looked up by the row's key, the corpus's own (pipeline/publish/image_shards.py). A row
-  without a key, or whose key no shard holds, has no image.
+  without a key, or whose key no shard holds, has no image; nor has one whose key two samples hold, or whose
+  sample's URL is not the row's (ImageOfAnotherRow).
 - a local folder: Visual Genome rows by their image_path under it (VG_100K/2400041.jpg), COCO rows by their
   file_name (also under train2017/ or val2017/ when the folder is COCO's root).
 SWAP rows carry ARO's box: `crop=True` gives the box region, as ARO evaluates.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.publish.image_shards import open_shard_folder
+from pipeline.publish.image_shards import ImageNotTheRows, open_shard_folder
 from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, leads_outside, open_bounded, open_images
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
@@ -31,6 +32,11 @@ class ImageMissing(LookupError):
 class ImageOutsideRoot(ImageMissing):
     """The row names a path outside the images folder (absolute, ".."): never opened. Links inside the folder are
     followed, as a user's own (COCO's train2017/ is often a link to shared storage)."""
+
+
+class ImageOfAnotherRow(ImageMissing):
+    """The corpus's shards hold an image under the row's key that is not the row's (image_shards.KeyedShards):
+    never given to it."""
 
 
 class ImageLookup:
@@ -66,7 +72,12 @@ class ImageLookup:
         if key is None or not str(key).strip():
             raise ImageMissing(f"no image for {row.get('example_id')}: the row has no key to find it by in the "
                                f"{self.corpus.format} shards of {self.root}")
-        data = self.corpus.get(str(key))
+        # the row's own image reference, which its sample's must match where both are known (image_shards.py)
+        reference = row.get("image_url") or row.get("file_name")
+        try:
+            data = self.corpus.get(str(key), str(reference) if reference else None)
+        except ImageNotTheRows as e:
+            raise ImageOfAnotherRow(f"no image for {row.get('example_id')}: {e}") from None
         if data is None:
             raise ImageMissing(f"no image for {row.get('example_id')}: key {key!r} is in none of the "
                                f"{self.corpus.format} shards of {self.root}")

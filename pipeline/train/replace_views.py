@@ -20,15 +20,18 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from pipeline.perturb import substitution
+from pipeline.tables.folders import PublishError
 from pipeline.train.clip import UsageError
 
 STRICT_PAIRS = Path(__file__).resolve().parent / "suites" / "data" / "replace_strict_pairs.json"
+MAX_SUBSTITUTION_BYTES = 64 << 20
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -57,9 +60,18 @@ def _sha256(path: Path) -> str:
 def read_substitution_file(path: str) -> list[tuple[str, str]]:
     """The `old -> new` lines of --finetune_substitutions (text after # is a comment; blank lines skipped)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        found = Path(path).stat()
+        if not stat.S_ISREG(found.st_mode):  # a FIFO or /dev/zero would never end
+            raise UsageError(f"--finetune_substitutions: {path} is not a regular file")
+        if found.st_size > MAX_SUBSTITUTION_BYTES:
+            raise UsageError(f"--finetune_substitutions: {path} has {found.st_size:,} bytes, more than "
+                             f"{MAX_SUBSTITUTION_BYTES:,} (a list of `old -> new` lines)")
+        text = Path(path).read_bytes().decode("utf-8")
     except OSError as e:
         raise UsageError(f"--finetune_substitutions: cannot read {path} ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--finetune_substitutions: {path} is not UTF-8 text (byte {e.start:,} is "
+                         f"{e.object[e.start:e.start + 1]!r})") from None
     pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -72,28 +84,49 @@ def read_substitution_file(path: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def train_shards(location: str) -> list[str]:
-    """The train table's Parquet shards: a glob, a folder of shards, a run folder (train/) or a published folder
-    (data/train/)."""
+def train_table(location: str, verify: bool = True):
+    """(the train table's Parquet shards, its LocalTable when a report or manifest records it, else None), checked as
+    load_table checks them: a run folder or a published folder, or a table's own folder in one (<run>/train,
+    <published>/data/train), gives exactly the shards its report.json or manifest lists, no link, each with its
+    recorded sha256 (hashed unless verify is False); a glob gives the files it matches, each of which that lies in
+    such a table's folder must be one listed there, with its sha256; a folder of a user's own shards (nothing
+    recorded) gives its Parquet files, or those of its train/ or data/train/. PublishError (one line) when the
+    table does not check."""
+    from pipeline.tables.load import check_recorded_shard, local_table, table_folder_of
+
     path = Path(location)
-    if not path.is_dir():
-        return sorted(p for p in glob.glob(location) if p.endswith(".parquet") and Path(p).is_file())
-    for folder in (path, path / "train", path / "data" / "train"):
-        shards = sorted(str(p) for p in folder.glob("*.parquet"))
-        if shards:
-            return shards
-    return []
+    if path.is_dir():
+        table = local_table(path, "train", verify)
+        if table is None:
+            where = table_folder_of(path)
+            table = local_table(*where, verify) if where is not None else None
+        if table is not None:
+            return [str(p) for p in table.shards], table
+        shards = next((found for found in (sorted(str(p) for p in folder.glob("*.parquet"))
+                                            for folder in (path, path / "train", path / "data" / "train")) if found),
+                      [])
+    else:
+        shards = sorted(p for p in glob.glob(location) if p.endswith(".parquet") and Path(p).is_file())
+    if verify:
+        for shard in shards:
+            check_recorded_shard(shard)
+    return shards, None
+
+
+def train_shards(location: str) -> list[str]:
+    """The train table's Parquet shards (train_table's, their sha256 not read)."""
+    return train_table(location, verify=False)[0]
 
 
 @cache
 def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | None = None,
                         negative_types: frozenset | None = None) -> frozenset[tuple[str, str]]:
-    """Every caption -> hard_positive changed span of the shards' rows (those of the type filters when given).
-    Cached: a multi-model run reads the table once. ValueError (one line) for an unreadable shard."""
+    """Every caption -> hard_positive changed span of the shards' rows (those of the type filters when given), which
+    train_table checked. Cached: a multi-model run reads the table once. ValueError (one line) for an unreadable
+    shard."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.tables.folders import checked_against_report
     from pipeline.tables.shards import VERIFY_PAGES
 
     wanted = {"positive_type": positive_types, "negative_type": negative_types}
@@ -101,10 +134,18 @@ def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | Non
     spans = set()
     for shard in shards:
         try:
-            checked_against_report(Path(shard))  # the sha256 its run's report.json recorded, where it has one
+            schema = pq.read_schema(shard)
+            odd = next((c for c in columns if c not in schema.names or not
+                        (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))),
+                       None)
+            if odd is not None:  # the texts are compared as text: an int or a list is another table
+                found = f"is {schema.field(odd).type}" if odd in schema.names else "is missing"
+                raise ValueError(f"column {odd} {found}, not text: not a hardpos train table")
             table = pq.read_table(shard, columns=columns, **VERIFY_PAGES).to_pydict()
         except (OSError, pa.ArrowException) as e:
             raise ValueError(f"{shard}: {str(e).splitlines()[0]}") from None
+        except ValueError as e:
+            raise ValueError(f"{shard}: {e}") from None
         for k, (caption, positive) in enumerate(zip(table["caption"], table["hard_positive"], strict=True)):
             if caption and positive and all(types is None or table[c][k] in types for c, types in wanted.items()):
                 span = substitution.changed_span(caption, positive)
@@ -113,9 +154,10 @@ def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | Non
     return frozenset(spans)
 
 
-def recorded_train_table(pretrained: str | None) -> tuple[str, dict] | str:
-    """(the train table folder, the finetune run's args) that a checkpoint of ours records it was trained on
-    (a WiSE-FT patched checkpoint: its finetuned checkpoint's), or why there is none here."""
+def recorded_train_table(pretrained: str | None) -> tuple[str, dict, dict, str] | str:
+    """(the train table folder, the finetune run's args, the train table's record {data, fingerprint, shards}, the
+    checkpoint that holds them) that a checkpoint of ours records it was trained on (a WiSE-FT patched checkpoint:
+    its finetuned checkpoint's), or why there is none here."""
     if not pretrained or not Path(pretrained).is_file():
         return f"--pretrained={pretrained or '(random init)'} is not a checkpoint file that records its train table"
     from pipeline.train.clip import CheckpointError, load_checkpoint_file
@@ -137,29 +179,53 @@ def recorded_train_table(pretrained: str | None) -> tuple[str, dict] | str:
     if not Path(args["data"]).is_dir():
         return (f"the train table checkpoint {path} records, {args['data']}, is not a folder here (a Hub repo is "
                 f"not downloaded for this: give --finetune_table)")
-    return args["data"], args
+    record = state.get("train_table")
+    return args["data"], args, record if isinstance(record, dict) else {}, path
 
 
 def check_flags(finetune_table: str | None, finetune_substitutions: str | None) -> None:
-    """Fail fast, before any model loads: --finetune_table names shards, --finetune_substitutions parses."""
-    if finetune_table and not train_shards(finetune_table):
-        raise UsageError(f"--finetune_table: no Parquet shard at {finetune_table}")
+    """Fail fast, before any model loads: --finetune_table names shards that check against their report or
+    manifest (their sha256 is read by held_out), --finetune_substitutions parses."""
+    if finetune_table:
+        try:
+            shards = train_shards(finetune_table)
+        except PublishError as e:
+            raise UsageError(f"--finetune_table: {e}") from None
+        if not shards:
+            raise UsageError(f"--finetune_table: no Parquet shard at {finetune_table}")
     if finetune_substitutions:
         read_substitution_file(finetune_substitutions)
 
 
+def _trained_on(folder: str, record: dict, path: str, table) -> str | None:
+    """Why the train table now at folder cannot be taken for the one checkpoint `path` was trained on (None when
+    its fingerprint is the one the checkpoint recorded)."""
+    recorded = record.get("fingerprint")
+    if not isinstance(recorded, str) or not recorded:
+        return (f"checkpoint {path} records no fingerprint of its train table {folder} (written before hardpos "
+                f"recorded one, or trained from the Hub), so that this is the table it was trained on cannot be "
+                f"checked: give --finetune_table")
+    now = table.fingerprint if table is not None else None
+    if now != recorded:
+        found = f"its shards' fingerprint is {now[:12]}…" if now else "no report.json or manifest records its shards"
+        return (f"{folder} is not the train table checkpoint {path} was trained on ({found}, the checkpoint "
+                f"recorded {recorded[:12]}…): give --finetune_table with the table it was trained on")
+    return None
+
+
 def held_out(finetune_table: str | None, finetune_substitutions: str | None, pretrained: str | None) -> View:
-    """The held_out view from the flags, else from what the checkpoint records; keep=None (with the reason)
-    when there is no source. A bad flag is a UsageError naming it."""
+    """The held_out view from the flags, else from what the checkpoint records (only when the table there is the
+    one it was trained on: its fingerprint); keep=None (with the reason) when there is no source. A bad flag is a
+    UsageError naming it."""
     from pipeline.train.data import type_filter
 
     check_flags(finetune_table, finetune_substitutions)
     pairs, sources = set(), []
     if finetune_table:
-        shards = train_shards(finetune_table)
         try:
+            shards, _ = train_table(finetune_table)
             pairs |= table_substitutions(tuple(shards))
-        except ValueError as e:
+        except ValueError as e:  # PublishError too
             raise UsageError(f"--finetune_table: {e}") from None
         sources.append(f"--finetune_table={finetune_table} ({len(shards)} shards)")
     if finetune_substitutions:
@@ -170,17 +236,24 @@ def held_out(finetune_table: str | None, finetune_substitutions: str | None, pre
         if isinstance(recorded, str):
             return View(None, {"reason": f"no finetuning substitutions: --finetune_table and "
                                          f"--finetune_substitutions not given, and {recorded}"})
-        folder, args = recorded
-        shards = train_shards(folder)
+        folder, args, record, path = recorded
+        try:
+            shards, table = train_table(folder)
+        except PublishError as e:
+            return View(None, {"reason": f"the train table the checkpoint records does not check: {e}"})
         if not shards:
             return View(None, {"reason": f"no Parquet shard in {folder}, the train table the checkpoint records"})
+        stale = _trained_on(folder, record, path, table)
+        if stale:
+            return View(None, {"reason": stale})
         filters = [type_filter(f"--{name}", args.get(name) or "all") for name in ("positive_types", "negative_types")]
         try:
             pairs |= table_substitutions(tuple(shards), *(None if f is None else frozenset(f) for f in filters))
         except ValueError as e:
             return View(None, {"reason": f"the train table the checkpoint records is unreadable: {e}"})
         types = ", ".join(f"{n}={args.get(n) or 'all'}" for n in ("positive_types", "negative_types"))
-        sources.append(f"the train table the checkpoint records: {folder} ({len(shards)} shards; {types})")
+        sources.append(f"the train table the checkpoint records: {folder} ({len(shards)} shards, the ones it was "
+                       f"trained on; {types})")
     keys = substitution.either_way(pairs)
     return View(lambda row: substitution.key(row["replaced_from"], row["replaced_to"]) not in keys,
                 {"source": "; ".join(sources), "substitutions": len(pairs)})

@@ -1,0 +1,50 @@
+"""URLs as hardpos prints them: never with their secrets. A user's password (`http://user:secret@host/v1`) and the
+values of a query string (`?api_key=...`, a signed URL's `sig=`) are written as *** wherever a URL reaches an
+error line, a dead letter or a report; the URL itself is used as given.
+
+The userinfo is everything from `://` to the last `@` of the authority (the part before the first `/`, `?` or
+`#`), as httpx reads it: a password with an unescaped `@` (`http://user:p@ss@host/v1`) or a space is hidden whole,
+not from its first `@` or up to its first space. Where a URL is given whole (a flag), `hidden_why` says when even
+that cannot find its secrets (a space or control character, an `@` after the authority, an `@` with no `://`):
+such a URL is refused without being shown (openai_client.url_problem)."""
+from __future__ import annotations
+
+import re
+
+_USERINFO = re.compile(r"(?<=://)[^/?#]*@")  # greedy: up to the authority's last @
+_QUERY_VALUE = re.compile(r"([?&;][^=&#;\s]*=)[^&#;\s]*")
+_BARE_QUERY = re.compile(r"\?([^=&#\s]+)(?=$|#)")
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redacted(url: str) -> str:
+    """The URL with its userinfo and query values as ***."""
+    url = _USERINFO.sub("***@", str(url), count=1)
+    url = _QUERY_VALUE.sub(r"\1***", url)
+    return _BARE_QUERY.sub("?***", url)
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in a text (an error message that quotes one) redacted."""
+    return _URL.sub(lambda m: redacted(m.group()), str(text))
+
+
+def hidden_why(url: str) -> str | None:
+    """Why the secrets of a URL given whole cannot be told apart from the rest of it (so that it must not be printed,
+    even redacted), or None: whitespace or a control character in it, where parsers disagree on where a part ends;
+    an `@` with no scheme:// before it; an `@` after the authority (a password holding a `/`, `?` or `#` puts the
+    rest of it in the path: `http://user:12/ss@host` is port 12 of host `user`). An `@` in the query is a value's
+    (redacted) or a key's, never a password."""
+    for c in str(url):
+        if c.isspace() or not c.isprintable():
+            what = "a space" if c == " " else "a line break" if c in "\r\n" else "a tab" if c == "\t" else \
+                "whitespace or a control character"
+            return f"it holds {what} (percent-encode it, e.g. %20)"
+    _, sep, rest = str(url).partition("://")
+    if not sep:
+        return "it holds an '@' but no scheme:// before it" if "@" in url else None
+    after = rest[len(re.match(r"[^/?#]*", rest).group()):]  # path, query and fragment
+    path, _, fragment = after.partition("#")
+    if "@" in path.split("?", 1)[0] or "@" in fragment:
+        return "it holds an '@' after its host (a password holding a '/', '?' or '#' must percent-encode it)"
+    return None
