@@ -226,8 +226,11 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
 
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
     from pipeline.perturb.text import has_surrogates
-    from pipeline.sources.files import LongLine, stream_lines
+    from pipeline.sources.files import LongLine, regular_file_problem, stream_lines
 
+    problem = regular_file_problem(path)  # a FIFO would block in open, /dev/zero never end its first line
+    if problem:
+        raise ReplayError(f"{path}: {problem}")
     seen = _AnswerDigests()
     with FileSystems.open(path) as f:
         for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):

@@ -30,7 +30,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.outcomes import Reject
 from pipeline.records import CAPTION_FIELDS
 from pipeline.sources import corpus
-from pipeline.sources.files import InputBounds
+from pipeline.sources.files import InputBounds, regular_file_problem
 
 # A prompt element's "key" is its cache key (llm/cache.py): the caption's own key travels as caption_key.
 RECORD_FIELDS = (*(f for f in CAPTION_FIELDS if f != "key"), "source", "source_index")
@@ -207,6 +207,9 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
     if opts.llm_engine == "replay":
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
+        problem = regular_file_problem(opts.llm_replay)  # before anything opens it: a FIFO would block forever
+        if problem:
+            raise UsageError(f"--llm_replay: {opts.llm_replay}: {problem}")
         try:
             for _ in read_replay(opts.llm_replay, opts.max_record_bytes):  # every line checked now, before work
                 pass

@@ -76,10 +76,23 @@ def _entries(target: Path) -> list[tuple[str, os.DirEntry]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def check_not_link(target: Path) -> None:
+    """The publish folder itself is no symbolic link: publish would write the whole release through it, to a
+    folder anywhere (PublishError, one line, before anything is written)."""
+    if os.path.islink(target):
+        try:
+            to = os.readlink(target)
+        except OSError:
+            to = "?"
+        raise PublishError(f"--publish_dir {target} is a symbolic link (to {to}), which publish never follows or "
+                           f"writes through; remove the link or choose another --publish_dir")
+
+
 def earlier_publish(target: Path) -> set[str]:
     """The files (relative paths) an earlier publish wrote into target: the only ones this one may replace or
     delete. PublishError unless target is missing, or holds nothing but the files its valid manifest lists (and
     the folders they are in): no other file or folder, no symbolic link (publish follows none it did not make)."""
+    check_not_link(target)
     if not target.exists():
         return set()
     if not target.is_dir():
@@ -274,6 +287,7 @@ def _publish_locked(opts: HardposOptions, dry_run: bool, repo_id: str, target: P
     report["files"] = {dest: {"sha256": checksums[dest], "rows": rows, "source": str(src)} for src, dest, rows in files}
     report["files"]["README.md"] = {"sha256": hashlib.sha256(card.encode("utf-8")).hexdigest()}
     manifest_path = target / MANIFEST
+    check_not_link(target)  # before the lock is written into it
     with FolderLock(str(target), STAGE, "--publish_dir"):
         earlier_publish(target)  # again, now that no other publish can change it
         finish_switch(target)    # one that a killed publish left

@@ -16,6 +16,8 @@ pipeline/publish/card.py). A table with no rows comes back as an empty Dataset w
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from pipeline.tables.folders import (
     NEXT,
     REPORT_FILE,
     PublishError,
+    _link_error,
     changed_file,
     check_checksums,
     find_reports,
@@ -39,13 +42,40 @@ from pipeline.tables.shards import SHARD_NAME, VERIFY_PAGES, file_sha256
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
 
 
+def _check_real(path: Path, want_dir: bool) -> None:
+    """path, when there is anything at it, is a real folder (want_dir) or a regular file, never a link:
+    PublishError (one line) naming it otherwise."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise PublishError(f"{path}: cannot be read ({e.strerror or e}); publish again") from None
+    if stat.S_ISLNK(mode):
+        raise _link_error(path)
+    if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
+        raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; publish again")
+
+
+def check_published_paths(folder: Path, config: str, shards=()) -> None:
+    """Every level of a published folder that load_table reads (its manifest, README.md, data/, data/<config>/
+    and each shard) is a real folder or a regular file, never a symbolic link (PublishError naming the first
+    one otherwise): a link planted there would have the table read from anywhere. The folder named itself is
+    taken as named."""
+    for path, want_dir in [(folder / MANIFEST, False), (folder / "README.md", False), (folder / "data", True),
+                           (folder / "data" / config, True), *((Path(p), False) for p in shards)]:
+        _check_real(path, want_dir)
+
+
 def check_published(folder: Path, config: str, verify: bool = True) -> list[Path]:
     """The config's shards in a published folder, checked: exactly the ones its manifest lists, with their sha256
     (not read when verify is False), and the card the manifest lists (a card edited to name other files is refused,
     though load_table reads the shards it checked, never the files a card names). PublishError (one line)
     otherwise, or when the manifest is unreadable or a publish into the folder was cut off. A folder with no
     manifest (a download of the Hub repository) has nothing recorded to check against."""
+    check_published_paths(folder, config)
     shards = sorted((folder / "data" / config).glob("*.parquet"))
+    check_published_paths(folder, config, shards)
     if (folder / NEXT / MANIFEST).is_file():
         raise PublishError(f"{folder}: a publish into it is switching to its new files, or was cut off doing so "
                            f"(then run publish again to finish it)")
