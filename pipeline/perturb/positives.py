@@ -59,10 +59,6 @@ RULE_POSITIVE_TYPES = (RULE_SWAP, RULE_CONVERSE, RULE_VOICE, RULE_CLAUSE, RULE_R
 # with a photo frame ("A photo of a man riding a horse") has its scene said another way inside the frame ("A photo
 # of a man who is riding a horse"; frames.py); before, clause refused every framed caption.
 VERSIONS = {RULE_REPLACE: 8, RULE_SWAP: 9, RULE_CLAUSE: 5, RULE_CONVERSE: 2, RULE_VOICE: 2}
-# The rules that rewrite a framed caption's scene. Not converse or voice: they change the phrase's head, which is
-# what the photo is of ("A blurry photo of a toilet seat in a bathroom" is not "... of a bathroom with a toilet seat
-# in it": round 8's readers); swap and replace see the whole caption, frame and all.
-SCENE_RULES = (RULE_CLAUSE,)
 # The validation each rule's output must pass: the LLM positive type it stands for (clause: none stands for it; its
 # own check, OWN_CHECKS, that the words are the caption's, each in some form, but for "is", "there", "with").
 VALIDATED_AS = {RULE_REPLACE: "replace", RULE_SWAP: "swap", RULE_CLAUSE: None, RULE_CONVERSE: None,
@@ -104,6 +100,9 @@ class RulePositives:
     def propose(self, doc) -> dict[str, list[Candidate]]:
         """Every valid candidate of each asked type, in caption order; of a framed caption ("A photo of ..."), the
         clause rule rewrites the scene and keeps the frame."""
+        # Only clause rewrites a framed caption's scene. Not converse or voice: they change the phrase's head, which
+        # is what the photo is of ("A blurry photo of a toilet seat in a bathroom" is not "... of a bathroom with a
+        # toilet seat in it": round 8's readers); swap and replace see the whole caption, frame and all.
         framed = framed_scene(doc) if RULE_CLAUSE in self.positive_types else None
         found = {}
         if RULE_REPLACE in self.positive_types:
