@@ -7,6 +7,8 @@ prompt: read = prompts (+ malformed caption records) = rows + rejected.
 """
 from __future__ import annotations
 
+import os
+
 import functools
 import hashlib
 import json
@@ -207,6 +209,8 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
     if opts.llm_engine == "replay":
         if not opts.llm_replay:
             raise UsageError("--llm_engine=replay needs --llm_replay=FILE (JSONL of type, caption, text)")
+        if not os.path.exists(opts.llm_replay):
+            raise UsageError(f"--llm_replay: cannot read {opts.llm_replay}: no such file")
         problem = regular_file_problem(opts.llm_replay)  # before anything opens it: a FIFO would block forever
         if problem:
             raise UsageError(f"--llm_replay: {opts.llm_replay}: {problem}")
