@@ -7,11 +7,10 @@ prompt: read = prompts (+ malformed caption records) = rows + rejected.
 """
 from __future__ import annotations
 
-import os
-
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
