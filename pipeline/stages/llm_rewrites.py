@@ -24,7 +24,13 @@ from pipeline.io.progress import Tick
 from pipeline.io.report import table_report
 from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
 from pipeline.llm.cache import lines as cache_lines
-from pipeline.llm.engines import ENGINES, EngineConfig, ReplayError, Sampling, read_replay
+from pipeline.llm.engines import (
+    ENGINES,
+    EngineConfig,
+    ReplayError,
+    Sampling,
+    read_replay,
+)
 from pipeline.llm.prompts import CHAT_FORMATS, PROMPT_SETS, load_prompt, wants
 from pipeline.llm.validate import shared_validator
 from pipeline.options import HardposOptions, UsageError
