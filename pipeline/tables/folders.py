@@ -298,14 +298,24 @@ def check_real_files(run_dir: Path, files) -> None:
     or a subfolder of it that find_reports made sure is no link.)"""
     folders = sorted({Path(p).parent for p in files})
     for path, want_dir in [*((f, True) for f in folders), *((Path(p), False) for p in files)]:
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError as e:
-            raise PublishError(f"{path}: cannot be read ({e.strerror or e}); run the stage again") from None
-        if stat.S_ISLNK(mode):
-            raise _link_error(path)
-        if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
-            raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; run the stage again")
+        check_real(path, want_dir, "run the stage again")
+
+
+def check_real(path, want_dir: bool, remedy: str, missing_ok: bool = False) -> None:
+    """path is a real folder (want_dir) or a regular file, never a link: PublishError (one line ending in `remedy`)
+    naming it otherwise; with missing_ok, nothing at path is fine too."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise PublishError(f"{path}: cannot be read (No such file or directory); {remedy}") from None
+    except OSError as e:
+        raise PublishError(f"{path}: cannot be read ({e.strerror or e}); {remedy}") from None
+    if stat.S_ISLNK(mode):
+        raise _link_error(path)
+    if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
+        raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; {remedy}")
 
 
 def _read_table(run_dir: Path, report: dict, name: str, section: dict, verify: bool) -> Table:

@@ -16,8 +16,6 @@ pipeline/publish/card.py). A table with no rows comes back as an empty Dataset w
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +26,9 @@ from pipeline.tables.folders import (
     NEXT,
     REPORT_FILE,
     PublishError,
-    _link_error,
     changed_file,
     check_checksums,
+    check_real,
     find_reports,
     find_tables,
     is_published_folder,
@@ -42,21 +40,6 @@ from pipeline.tables.shards import SHARD_NAME, VERIFY_PAGES, file_sha256
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
 
 
-def _check_real(path: Path, want_dir: bool) -> None:
-    """path, when there is anything at it, is a real folder (want_dir) or a regular file, never a link:
-    PublishError (one line) naming it otherwise."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise PublishError(f"{path}: cannot be read ({e.strerror or e}); publish again") from None
-    if stat.S_ISLNK(mode):
-        raise _link_error(path)
-    if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
-        raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; publish again")
-
-
 def check_published_paths(folder: Path, config: str, shards=()) -> None:
     """Every level of a published folder that load_table reads (its manifest, README.md, data/, data/<config>/
     and each shard) is a real folder or a regular file, never a symbolic link (PublishError naming the first
@@ -64,7 +47,7 @@ def check_published_paths(folder: Path, config: str, shards=()) -> None:
     taken as named."""
     for path, want_dir in [(folder / MANIFEST, False), (folder / "README.md", False), (folder / "data", True),
                            (folder / "data" / config, True), *((Path(p), False) for p in shards)]:
-        _check_real(path, want_dir)
+        check_real(path, want_dir, "publish again", missing_ok=True)
 
 
 def check_published(folder: Path, config: str, verify: bool = True) -> list[Path]:
