@@ -50,7 +50,7 @@ def run_a(train_data, tmp_path_factory):
 
 def fixed_batch(data, transform, tokenizer, n=16):
     """The first n rows with an image, through the deterministic eval transform."""
-    table, indices, _ = load_rows(str(data.data), None, None)
+    table, indices, *_ = load_rows(str(data.data), None, None)
     dataset = TrainDataset(table, indices, str(data.images), transform, seed=0)
     items = [dataset[(0, i)] for i in range(len(dataset))]
     return Collate(tokenizer)([item for item in items if "skip" not in item][:n])
@@ -205,7 +205,7 @@ def test_patching_cli_writes_one_loadable_file_per_alpha(init_run, run_a, tmp_pa
 
 def test_augmentations_depend_on_seed_epoch_and_row_only(train_data):
     _, train_transform, _, tokenizer = create("hardpos-tiny", "")
-    table, indices, _ = load_rows(str(train_data.data), None, None)
+    table, indices, *_ = load_rows(str(train_data.data), None, None)
     dataset = TrainDataset(table, indices, str(train_data.images), train_transform, seed=0)
     state = torch.get_rng_state()
     first = dataset[(0, 0)]["image"]

@@ -92,11 +92,12 @@ def test_held_out_leaves_out_the_rows_the_finetuning_substitutions_reach_either_
 
 def test_held_out_from_the_train_table_a_checkpoint_records_with_its_type_filters(finetune_run, replace_rows,
                                                                                 tmp_path):
+    from pipeline.tables.load import local_table
     from pipeline.train.finetune import train_table_record
 
     args = {"data": str(finetune_run), "positive_types": "all", "negative_types": "all"}
     # the table's fingerprint, as the trainer records it: held_out reads the table only while it is that one
-    record = train_table_record(str(finetune_run))
+    record = train_table_record(str(finetune_run), local_table(str(finetune_run), "train"))
     finetuned = checkpoint(tmp_path / "final.pt", args=args, train_table=record)
     view = replace_views.held_out(None, None, finetuned)
     assert left_out(view, replace_rows) == REACHED

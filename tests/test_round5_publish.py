@@ -197,7 +197,11 @@ def test_m14_held_out_from_a_checkpoint_refuses_a_train_table_other_than_the_one
     assert left_out(replace_views.held_out(str(tmp_path / "ftrun_orig"), None, str(final))) == \
         ["sitting -> seated", "under -> beneath"]
     # what the trainer records
-    assert finetune.train_table_record(str(tmp_path / "ftrun_orig")) == {**record, "data": str(tmp_path / "ftrun_orig")}
+    from pipeline.train.data import load_rows
+
+    *_, checked = load_rows(str(tmp_path / "ftrun_orig"), None, None)
+    assert finetune.train_table_record(str(tmp_path / "ftrun_orig"), checked) == \
+        {**record, "data": str(tmp_path / "ftrun_orig")}
 
 
 def test_m14_the_trainer_records_the_train_tables_fingerprint_in_its_checkpoints(tmp_path, capsys):

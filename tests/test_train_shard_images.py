@@ -129,7 +129,7 @@ def test_trains_from_parquet_shards_with_the_image_bytes(corpus, tmp_path):
 
 @pytest.mark.parametrize("shards", ["webdataset", "parquet"])
 def test_a_key_in_no_shard_or_no_key_is_a_counted_skip(corpus, shards):
-    table, indices, _ = load_rows(str(corpus.corpus_data), None, None)
+    table, indices, *_ = load_rows(str(corpus.corpus_data), None, None)
     dataset = TrainDataset(table, indices, str(corpus.images.parent / shards), lambda image: image.size, seed=0)
     assert {i: dataset[(0, i)] for i in MISSING} == {i: {"skip": "image missing", "example_id": f"ex{i:03d}"}
                                                     for i in MISSING}

@@ -88,6 +88,30 @@ def check_not_link(target: Path) -> None:
                            f"writes through; remove the link or choose another --publish_dir")
 
 
+def check_publish_path(target: Path, output_dir: Path) -> None:
+    """--publish_dir is reached the way it reads: a `..` in it climbs no link (`<out>/x/../hub` through a link x
+    would land beside x's target), and no part of it below the output folder is a link (a link planted in the
+    output folder would have the release written anywhere); the folder itself is no link (check_not_link).
+    PublishError (one line) before anything is written."""
+    check_not_link(target)
+    lexical = Path(os.path.normpath(os.path.abspath(target)))
+    if ".." in Path(target).parts and os.path.realpath(target) != os.path.realpath(lexical):
+        raise PublishError(f"--publish_dir {target}: its '..' climbs out of a symbolic link (it leads to "
+                           f"{os.path.realpath(target)}, not {lexical}); name the folder without '..'")
+    out = Path(os.path.normpath(os.path.abspath(output_dir)))
+    if lexical == out or not lexical.is_relative_to(out):
+        return
+    path = out
+    for part in lexical.relative_to(out).parts:
+        path = path / part
+        if os.path.islink(path):
+            raise PublishError(f"--publish_dir {target}: {path} is a symbolic link in the "
+                               f"output folder, which publish never writes through; remove the link or choose "
+                               f"another --publish_dir")
+        if not path.exists():
+            return
+
+
 def earlier_publish(target: Path) -> set[str]:
     """The files (relative paths) an earlier publish wrote into target: the only ones this one may replace or
     delete. PublishError unless target is missing, or holds nothing but the files its valid manifest lists (and
@@ -129,6 +153,7 @@ def check_inputs(opts: HardposOptions) -> None:
     try:
         find_tables(opts.output_dir, verify=False, allow_partial=opts.allow_partial, exclude=(publish_dir(opts),),
                     leave_out_empty=opts.leave_out_empty)
+        check_publish_path(publish_dir(opts), Path(opts.output_dir))
         earlier_publish(publish_dir(opts))
     except PublishError as e:
         raise UsageError(str(e)) from None
@@ -287,7 +312,7 @@ def _publish_locked(opts: HardposOptions, dry_run: bool, repo_id: str, target: P
     report["files"] = {dest: {"sha256": checksums[dest], "rows": rows, "source": str(src)} for src, dest, rows in files}
     report["files"]["README.md"] = {"sha256": hashlib.sha256(card.encode("utf-8")).hexdigest()}
     manifest_path = target / MANIFEST
-    check_not_link(target)  # before the lock is written into it
+    check_publish_path(target, Path(opts.output_dir))  # before the lock is written into it
     with FolderLock(str(target), STAGE, "--publish_dir"):
         earlier_publish(target)  # again, now that no other publish can change it
         finish_switch(target)    # one that a killed publish left

@@ -41,7 +41,7 @@ MANIFEST = ".hardpos-publish.json"
 # The next release, built complete beside the current one before any file of it changes; its manifest is written
 # last, so a NEXT holding one is ready to switch in (stages/publish.py).
 NEXT = ".hardpos-next"
-_CONFIG = re.compile(r"^[a-z][a-z0-9_]*$")
+CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -124,7 +124,7 @@ def read_report(path: Path) -> dict:
     return report
 
 
-def _link_error(path, what: str = "a symbolic link") -> PublishError:
+def link_error(path, what: str = "a symbolic link") -> PublishError:
     """The refusal of a link where a run folder, a table folder, a shard or a report must be: hardpos reads no table
     through a link and publishes none (one planted there would name files anywhere)."""
     try:
@@ -158,14 +158,14 @@ def find_reports(output_dir: Path) -> list[Path]:
             continue
         if entry.is_symlink():
             if os.path.isfile(os.path.join(entry.path, REPORT_FILE)):
-                raise _link_error(Path(entry.path), "a symbolic link to a run folder")
+                raise link_error(Path(entry.path), "a symbolic link to a run folder")
             continue
         if entry.is_dir(follow_symlinks=False):
             candidates.append(Path(entry.path) / REPORT_FILE)
     found = []
     for path in candidates:
         if _is_link(path):
-            raise _link_error(path)
+            raise link_error(path)
         if path.is_file():
             found.append(path)
     return found
@@ -178,7 +178,7 @@ def is_published_path(relative: str) -> bool:
     if parts == ["README.md"]:
         return True
     shard = SHARD_NAME.match(parts[-1])
-    return len(parts) == 3 and parts[0] == "data" and bool(_CONFIG.match(parts[1])) and bool(shard) and \
+    return len(parts) == 3 and parts[0] == "data" and bool(CONFIG_NAME.match(parts[1])) and bool(shard) and \
         shard["prefix"].isalpha()
 
 
@@ -284,7 +284,7 @@ def local_parquet_files(run_dir: Path, folder: str) -> list[str]:
     except OSError as e:
         raise PublishError(f"{path}: cannot be read ({e.strerror or e})") from None
     if stat.S_ISLNK(mode):
-        raise _link_error(path)
+        raise link_error(path)
     if not stat.S_ISDIR(mode):
         return []
     with os.scandir(path) as entries:
@@ -313,7 +313,7 @@ def check_real(path, want_dir: bool, remedy: str, missing_ok: bool = False) -> N
     except OSError as e:
         raise PublishError(f"{path}: cannot be read ({e.strerror or e}); {remedy}") from None
     if stat.S_ISLNK(mode):
-        raise _link_error(path)
+        raise link_error(path)
     if not (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)):
         raise PublishError(f"{path}: not a {'folder' if want_dir else 'regular file'}; {remedy}")
 

@@ -7,21 +7,26 @@ training machine installs no Beam: pip install -e '.[train]').
     train = load_table("out/release/hub", "train")      # a published folder (its data/train/ shards)
     train = load_table("out/sample", "replace_eval")    # a run folder (report.json + Parquet tables)
 
-A local table is checked against the sha256 its manifest or report recorded before it is read, and only those
-shards are read, with every page's checksum checked (a published folder's card, checked against its manifest too,
-never says what is read); from the Hub, `datasets` checks every Parquet page's checksum (the card asks it to,
+A local table is checked against the sha256 its manifest or report recorded, and only those shards are read: each
+opened once, no link followed below the folder named (O_NOFOLLOW at every level), its bytes hashed and compared
+with the recorded sha256, and the rows built from those same bytes with every page's checksum checked. So a shard
+or folder swapped, rewritten or linked after the check is refused, never read, and no cache can give rows other
+than the checked bytes' (a published folder's card, checked against its manifest too, never says what is read); from the Hub, `datasets` checks every Parquet page's checksum (the card asks it to,
 pipeline/publish/card.py). A table with no rows comes back as an empty Dataset with its columns, which
 `datasets.load_dataset` cannot give (its reader finds no data to read for a split of 0 rows).
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import os
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from pipeline.tables.folders import (
+    CONFIG_NAME,
     MANIFEST,
     NEXT,
     REPORT_FILE,
@@ -32,9 +37,10 @@ from pipeline.tables.folders import (
     find_reports,
     find_tables,
     is_published_folder,
+    link_error,
     read_manifest,
 )
-from pipeline.tables.shards import SHARD_NAME, VERIFY_PAGES, file_sha256
+from pipeline.tables.shards import SHARD_NAME, file_sha256, read_table
 
 # Table folder names of a run (eval_sets writes replace/ and swap/) -> config names.
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
@@ -68,7 +74,7 @@ def check_published(folder: Path, config: str, verify: bool = True) -> list[Path
     listed = {path: entry for path, entry in manifest.items() if path.startswith(f"data/{config}/")}
     on_disk = {p.relative_to(folder).as_posix() for p in shards}
     if on_disk != set(listed):
-        which = sorted(on_disk ^ set(listed))[0]
+        which = min(on_disk ^ set(listed))
         raise PublishError(f"{folder}: {which} is {'not in' if which in on_disk else 'missing, though listed in'} "
                            f"{MANIFEST}; publish again")
     for path, entry in sorted({"README.md": manifest["README.md"], **listed}.items()):
@@ -85,17 +91,33 @@ def table_fingerprint(sha256s) -> str:
 
 @dataclass(frozen=True)
 class LocalTable:
-    """A table of a local run folder or published folder: its shards (checked against what `recorded_in` recorded,
-    their sha256 too unless read with verify=False) and the sha256 recorded for each; `sha256` is None for a
-    published folder with no manifest (a download of the Hub repository), which records nothing."""
+    """A table of a local run folder or published folder (`root`, as named): its shards (checked against what
+    `recorded_in` recorded, their sha256 too unless read with verify=False) and the sha256 recorded for each;
+    `sha256` is None for a published folder with no manifest (a download of the Hub repository), which records
+    nothing. `read()` gives its rows from bytes checked against those sha256s as they are read."""
     config: str
     shards: tuple[Path, ...]
     sha256: dict[Path, str] | None
     recorded_in: str | None
+    root: Path = field(default=Path("."))
 
     @property
     def fingerprint(self) -> str | None:
         return None if self.sha256 is None else table_fingerprint(self.sha256.values())
+
+    def refs(self) -> tuple[ShardRef, ...]:
+        return tuple(ShardRef(str(self.root), str(p), None if self.sha256 is None else self.sha256[p],
+                              self.recorded_in) for p in self.shards)
+
+
+def plain_config(source, config: str) -> str:
+    """The config name, once it is a plain name (a config is a folder name under data/: `../x` or `a/b` would name
+    another folder); PublishError otherwise."""
+    config = ALIASES.get(config, config)
+    if not isinstance(config, str) or not CONFIG_NAME.match(config):
+        raise PublishError(f"{source}: {config!r} is not a config name (lowercase letters, digits and _, such as "
+                           f"train or replace_eval)")
+    return config
 
 
 def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
@@ -103,19 +125,19 @@ def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
     shards its manifest or report lists, no link, each with its recorded sha256: hashed unless verify is False).
     None when source is neither (a Hub repository, a user's own folder); PublishError (one line) when the folder
     has no such table or it does not check."""
-    config = ALIASES.get(config, config)
     path = Path(source)
     if not path.is_dir():
         return None
+    config = plain_config(source, config)
     if is_published_folder(path):
         shards = check_published(path, config, verify)
         if not shards:
             raise PublishError(f"{source}: no config {config} (no data/{config}/*.parquet)")
         if not (path / MANIFEST).is_file():
-            return LocalTable(config, tuple(shards), None, None)
+            return LocalTable(config, tuple(shards), None, None, path)
         manifest = read_manifest(path)
         return LocalTable(config, tuple(shards), {p: manifest[p.relative_to(path).as_posix()]["sha256"]
-                                                  for p in shards}, str(path / MANIFEST))
+                                                  for p in shards}, str(path / MANIFEST), path)
     if not find_reports(path):
         return None
     # The table's shards must match the row counts and sha256 of its report; another run still going on in the
@@ -128,7 +150,74 @@ def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
         check_checksums(table.run_dir, table.section, table.files)
     return LocalTable(config, table.files,
                       {p: table.section["sha256"][p.relative_to(table.run_dir).as_posix()] for p in table.files},
-                      str(table.run_dir / REPORT_FILE))
+                      str(table.run_dir / REPORT_FILE), path)
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """One shard to read: its path under `root` (the folder named, taken as named), and the sha256 that
+    `recorded_in` recorded for it (None: nothing recorded, a user's own shard)."""
+    root: str
+    path: str
+    sha256: str | None = None
+    recorded_in: str | None = None
+
+
+def _open_below(root: str, path: str) -> int:
+    """A read-only descriptor of path, opened from root one name at a time with no link followed (O_NOFOLLOW): a
+    folder or shard below root that is, or has become, a link is refused (PublishError), never followed. root
+    itself is opened as named (a `current` link to a release is followed once, here, and never again)."""
+    relative = Path(os.path.relpath(path, root))
+    if relative.is_absolute() or ".." in relative.parts or relative == Path("."):
+        raise PublishError(f"{path}: not inside {root}")
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise PublishError(f"{root}: cannot be read ({e.strerror or e})") from None
+    *folders, name = relative.parts
+    try:
+        for i, part in enumerate([*folders, name]):
+            last = i == len(folders)
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as e:
+                here = Path(root, *relative.parts[:i + 1])
+                if _is_link(part, fd):
+                    raise link_error(here) from None
+                raise PublishError(f"{here}: cannot be read ({e.strerror or e}); run the stage or publish again") \
+                    from None
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PublishError(f"{path}: not a regular file; run the stage or publish again")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def read_shard(ref: ShardRef, columns: list[str] | None = None) -> pa.Table:
+    """The rows of one shard, from the bytes read through one descriptor (_open_below) and, when a sha256 is
+    recorded, hashed and found to be those: what was checked is what is read, whatever changes on disk meanwhile.
+    Every page's checksum is checked. PublishError (one line) otherwise."""
+    fd = _open_below(ref.root, ref.path)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if ref.sha256 is not None and hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise changed_file(ref.path, ref.recorded_in or "its report",
+                           "publish again" if (ref.recorded_in or "").endswith(MANIFEST) else "run the stage again")
+    try:
+        return read_table(pa.BufferReader(data), columns=columns)
+    except (OSError, pa.ArrowException) as e:
+        raise PublishError(f"{ref.path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
 
 
 def table_folder_of(folder) -> tuple[Path, str] | None:
@@ -146,71 +235,68 @@ def table_folder_of(folder) -> tuple[Path, str] | None:
     return None
 
 
-def check_recorded_shard(shard) -> None:
+def check_recorded_shard(shard, verify: bool = True) -> ShardRef | None:
     """A shard named on its own (one a glob matched): when it lies in a table's folder of a run folder or a
-    published folder, it must be one that the report or manifest lists there, with its sha256, and no link
-    (PublishError otherwise: a stray file beside a table is not part of it). A shard anywhere else (a user's own
-    files) has nothing to be checked against."""
+    published folder, it must be one that the report or manifest lists there, with its sha256 (hashed unless verify
+    is False), and no link (PublishError otherwise: a stray file beside a table is not part of it); its ShardRef
+    then, which read_shard checks again as it reads. None for a shard anywhere else (a user's own files), which has
+    nothing to be checked against."""
     shard = Path(shard)
     where = table_folder_of(shard.parent)
     if where is None:
-        return
+        return None
     table = local_table(where[0], where[1], verify=False)
     if table.sha256 is None:  # a published folder with no manifest
-        return
+        return None
     recorded = {p.name: sha for p, sha in table.sha256.items()}
     if shard.name not in recorded:
         raise PublishError(f"{shard}: not one of the shards {table.recorded_in} lists for table {table.config} "
                            f"(a stray file beside the table); move it away")
     if shard.is_symlink():
         raise PublishError(f"{shard}: a symbolic link, which hardpos never reads a table through")
-    if file_sha256(str(shard)) != recorded[shard.name]:
+    if verify and file_sha256(str(shard)) != recorded[shard.name]:
         raise changed_file(shard, table.recorded_in,
                            "publish again" if table.recorded_in.endswith(MANIFEST) else "run the stage again")
+    return ShardRef(str(where[0]), str(shard), recorded[shard.name], table.recorded_in)
 
 
-def _no_rows(source: str, config: str, shards: list[Path], split: str | None):
-    """The table's columns and no rows, when its shards hold none (None when they hold rows)."""
-    if not shards or any(pq.ParquetFile(p).metadata.num_rows for p in shards):
-        return None
+def read_rows(source, table: LocalTable, split: str | None = None):
+    """The checked shards of a local table, and only those (never the files a card names), as one datasets.Dataset
+    built from the bytes checked as they were read (read_shard): no path is opened again and no cache is consulted,
+    so the rows are those of the sha256s the table's fingerprint is made of. A table of no rows comes back with its
+    columns."""
     import datasets
 
-    table_split = SHARD_NAME.match(shards[0].name)["prefix"]
+    table_split = SHARD_NAME.match(table.shards[0].name)["prefix"]
     if split not in (None, table_split):
-        raise PublishError(f"{source}: table {config} has no split {split!r}, only {table_split!r}")
-    schema = pq.read_schema(shards[0])
-    return datasets.Dataset.from_dict({name: [] for name in schema.names},
-                                      features=datasets.Features.from_arrow_schema(schema),
-                                      split=datasets.Split(table_split))
+        raise PublishError(f"{source}: table {table.config} has no split {split!r}, only {table_split!r}")
+    parts = [read_shard(ref) for ref in table.refs()]
+    if any(not part.schema.equals(parts[0].schema) for part in parts[1:]):
+        raise PublishError(f"{source}: the shards of table {table.config} differ in their columns; run the stage "
+                           f"or publish again")
+    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    return datasets.Dataset(datasets.table.InMemoryTable(rows), split=datasets.Split(table_split))
 
 
-def _load_shards(source: str, config: str, shards: list[Path], split: str | None, kwargs: dict):
-    """The checked shards of a local table, and only those (never the files a card names), as `datasets` loads
-    them; an empty table with its columns when they hold no rows."""
+def load_checked(source: str, config: str, split: str | None = None, **kwargs):
+    """(the table as load_table gives it, its LocalTable: None from the Hub): the rows and the fingerprint of the
+    one check, for a caller that records what it read (the trainer's checkpoints)."""
     import datasets
 
-    empty = _no_rows(source, config, shards, split)
-    if empty is not None:
-        return empty
-    files = {SHARD_NAME.match(shards[0].name)["prefix"]: [str(f) for f in shards]}
-    return datasets.load_dataset("parquet", data_files=files, split=split,
-                                 **{"fragment_scan_options": dict(VERIFY_PAGES), **kwargs})
+    table = local_table(source, config)
+    if table is not None:
+        return read_rows(source, table, split), table
+    if Path(source).exists():
+        raise PublishError(f"{source}: neither a published folder (README.md with configs) nor a run folder "
+                           f"(report.json)")
+    loaded = datasets.load_dataset(source, ALIASES.get(config, config), split=split, **kwargs)
+    if split is None and isinstance(loaded, datasets.DatasetDict) and len(loaded) == 1:
+        return next(iter(loaded.values())), None
+    return loaded, None
 
 
 def load_table(source: str, config: str, split: str | None = None, **kwargs):
-    """A datasets.Dataset (the one split, or the table's only split) of `config` from `source`."""
-    import datasets
-
-    config = ALIASES.get(config, config)
-    path = Path(source)
-    table = local_table(source, config)
-    if table is not None:
-        loaded = _load_shards(source, config, list(table.shards), split, kwargs)
-    elif path.exists():
-        raise PublishError(f"{source}: neither a published folder (README.md with configs) nor a run folder "
-                           f"(report.json)")
-    else:
-        loaded = datasets.load_dataset(source, config, split=split, **kwargs)
-    if split is None and isinstance(loaded, datasets.DatasetDict) and len(loaded) == 1:
-        return next(iter(loaded.values()))
-    return loaded
+    """A datasets.Dataset (the one split, or the table's only split) of `config` from `source`. kwargs go to
+    datasets.load_dataset for a Hub repository; a local table is read from its checked bytes, not through datasets'
+    cache, so cache options do not apply to it."""
+    return load_checked(source, config, split, **kwargs)[0]

@@ -38,12 +38,13 @@ def type_filter(flag: str, value: str) -> set[str] | None:
 
 
 def load_rows(data: str, positive_types: set[str] | None, negative_types: set[str] | None, **load_kwargs):
-    """(the train table as a datasets.Dataset, row numbers kept by the type filters, counts by reason)."""
+    """(the train table as a datasets.Dataset, row numbers kept by the type filters, counts by reason, its
+    LocalTable: the check its rows were read under, None from the Hub)."""
     import numpy as np
 
-    from pipeline.tables.load import load_table
+    from pipeline.tables.load import load_checked
 
-    table = load_table(data, "train", **load_kwargs)
+    table, checked = load_checked(data, "train", **load_kwargs)
     missing = {"caption", "hard_positive", "hard_negative", "positive_type", "negative_type",
                "example_id"} - set(table.column_names)
     if missing:
@@ -62,7 +63,7 @@ def load_rows(data: str, positive_types: set[str] | None, negative_types: set[st
             raise ValueError(f"{flag}: no row left (types in {data}: {', '.join(sorted(set(values)))})")
     indices = np.flatnonzero(keep)
     counts["kept"] = len(indices)
-    return table, indices, counts
+    return table, indices, counts, checked
 
 
 class TrainDataset:

@@ -425,11 +425,11 @@ def train(args) -> dict:
     resume = resume_path(args)
     state = read_training_checkpoint(resume) if resume is not None else None  # before the data and model load
     try:
-        table, indices, counts = load_rows(args.data, type_filter("--positive_types", args.positive_types),
+        table, indices, counts, checked = load_rows(args.data, type_filter("--positive_types", args.positive_types),
                                            type_filter("--negative_types", args.negative_types))
     except (ValueError, FileNotFoundError, ConnectionError) as e:  # PublishError, datasets' not found / offline
         raise UsageError(str(e) if str(e).startswith("--") else f"--data: {e}") from None
-    train_table = train_table_record(args.data)
+    train_table = train_table_record(args.data, checked)
     steps_per_epoch = len(indices) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"--batch_size: {args.batch_size} is more than the {len(indices)} rows kept")
@@ -557,15 +557,13 @@ def train(args) -> dict:
     return summary
 
 
-def train_table_record(data: str) -> dict:
+def train_table_record(data: str, table) -> dict:
     """What identifies the train table a run reads, for its checkpoints: {data, fingerprint, shards}, the
     fingerprint (tables.load.table_fingerprint) of the shards' sha256s that its report.json or manifest records,
-    which load_table has just checked the shards against. None for a Hub repository or a published folder with no
-    manifest, which record none. The evaluator's held_out view takes the table at `data` for the one trained on only
-    when its fingerprint is this one (pipeline/train/replace_views.py)."""
-    from pipeline.tables.load import local_table
-
-    table = local_table(data, "train", verify=False)
+    those the rows were checked against as they were read (`table`, the LocalTable load_rows read under). None for a
+    Hub repository or a published folder with no manifest, which record none. The evaluator's held_out view takes
+    the table at `data` for the one trained on only when its fingerprint is this one
+    (pipeline/train/replace_views.py)."""
     return {"data": data, "fingerprint": table.fingerprint if table is not None else None,
             "shards": len(table.shards) if table is not None else None}
 

@@ -85,14 +85,15 @@ def read_substitution_file(path: str) -> list[tuple[str, str]]:
 
 
 def train_table(location: str, verify: bool = True):
-    """(the train table's Parquet shards, its LocalTable when a report or manifest records it, else None), checked as
+    """(the train table's Parquet shards as ShardRefs, which read_shard reads through no link and checks against
+    the recorded sha256 as it reads them; its LocalTable when a report or manifest records it, else None), checked as
     load_table checks them: a run folder or a published folder, or a table's own folder in one (<run>/train,
     <published>/data/train), gives exactly the shards its report.json or manifest lists, no link, each with its
     recorded sha256 (hashed unless verify is False); a glob gives the files it matches, each of which that lies in
     such a table's folder must be one listed there, with its sha256; a folder of a user's own shards (nothing
     recorded) gives its Parquet files, or those of its train/ or data/train/. PublishError (one line) when the
     table does not check."""
-    from pipeline.tables.load import check_recorded_shard, local_table, table_folder_of
+    from pipeline.tables.load import ShardRef, check_recorded_shard, local_table, table_folder_of
 
     path = Path(location)
     if path.is_dir():
@@ -101,47 +102,51 @@ def train_table(location: str, verify: bool = True):
             where = table_folder_of(path)
             table = local_table(*where, verify) if where is not None else None
         if table is not None:
-            return [str(p) for p in table.shards], table
+            return table.refs(), table
         shards = next((found for found in (sorted(str(p) for p in folder.glob("*.parquet"))
                                             for folder in (path, path / "train", path / "data" / "train")) if found),
                       [])
     else:
         shards = sorted(p for p in glob.glob(location) if p.endswith(".parquet") and Path(p).is_file())
-    if verify:
-        for shard in shards:
-            check_recorded_shard(shard)
-    return shards, None
+    refs = []
+    for shard in shards:
+        recorded = check_recorded_shard(shard, verify)
+        refs.append(recorded or ShardRef(str(Path(shard).parent), shard))
+    return tuple(refs), None
 
 
-def train_shards(location: str) -> list[str]:
-    """The train table's Parquet shards (train_table's, their sha256 not read)."""
+def train_shards(location: str) -> tuple:
+    """The train table's Parquet shards (train_table's ShardRefs, their sha256 not read)."""
     return train_table(location, verify=False)[0]
 
 
 @cache
-def table_substitutions(shards: tuple[str, ...], positive_types: frozenset | None = None,
+def table_substitutions(shards: tuple, positive_types: frozenset | None = None,
                         negative_types: frozenset | None = None) -> frozenset[tuple[str, str]]:
-    """Every caption -> hard_positive changed span of the shards' rows (those of the type filters when given), which
-    train_table checked. Cached: a multi-model run reads the table once. ValueError (one line) for an unreadable
-    shard."""
+    """Every caption -> hard_positive changed span of the shards' rows (those of the type filters when given), the
+    ShardRefs train_table checked, read from bytes checked again as they are read (read_shard). Cached: a
+    multi-model run reads the table once. ValueError (one line) for an unreadable shard."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from pipeline.tables.shards import VERIFY_PAGES
+    from pipeline.tables.load import read_shard
 
     wanted = {"positive_type": positive_types, "negative_type": negative_types}
     columns = ["caption", "hard_positive"] + [c for c, types in wanted.items() if types is not None]
     spans = set()
-    for shard in shards:
+    for ref in shards:
+        shard = ref.path
         try:
-            schema = pq.read_schema(shard)
+            full = read_shard(ref)
+            schema = full.schema
             odd = next((c for c in columns if c not in schema.names or not
                         (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))),
                        None)
             if odd is not None:  # the texts are compared as text: an int or a list is another table
                 found = f"is {schema.field(odd).type}" if odd in schema.names else "is missing"
                 raise ValueError(f"column {odd} {found}, not text: not a hardpos train table")
-            table = pq.read_table(shard, columns=columns, **VERIFY_PAGES).to_pydict()
+            table = full.select(columns).to_pydict()
+        except PublishError:
+            raise  # it names the shard
         except (OSError, pa.ArrowException) as e:
             raise ValueError(f"{shard}: {str(e).splitlines()[0]}") from None
         except ValueError as e:
