@@ -33,6 +33,7 @@ import logging
 import re
 import tempfile
 import time
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -91,7 +92,7 @@ from pipeline.stages import (
     train_negatives,
     train_set,
 )
-from pipeline.tables.folders import report_problem
+from pipeline.tables.folders import MANIFEST, is_published_folder, report_problem
 
 STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
           "hard_positives": hard_positives, "train_set": train_set, "all": all_stages,
@@ -134,6 +135,10 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         problem = folder_problem(opts.spill_dir)
         if problem:
             raise UsageError(f"--spill_dir={opts.spill_dir}: {problem}")
+    if opts.stage != "publish" and "://" not in opts.output_dir and is_published_folder(Path(opts.output_dir)):
+        # a release folder holding a run too: load_table could not tell which table is meant
+        raise UsageError(f"--output_dir={opts.output_dir} is a published folder (publish's {MANIFEST} or card); "
+                         f"write the run into a folder of its own")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
 

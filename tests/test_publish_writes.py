@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import pipeline.publish.layout
+
 from pipeline.run import main
 from pipeline.tables.folders import PublishError
 from pipeline.tables.load import load_table
@@ -180,17 +182,13 @@ def test_f7_a_full_disk_during_publish_leaves_the_earlier_release_whole(four, on
     assert len(list((hub / "data" / "order_eval").glob("*.parquet"))) == 4
     capsys.readouterr()
 
-    def no_hard_link(src, dst, *args, **kwargs):  # --publish_dir on another disk than the runs
-        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
-
-    def copy_until_the_disk_is_full(src, dst, *args, **kwargs):
-        data = Path(src).read_bytes()
-        Path(dst).write_bytes(data[:len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+    def copy_until_the_disk_is_full(source, out):
+        data = source.read()
+        out.write(data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), out.name)
 
     with monkeypatch.context() as m:
-        m.setattr(os, "link", no_hard_link)
-        m.setattr(shutil, "copyfile", copy_until_the_disk_is_full)
+        m.setattr(pipeline.publish.layout, "copy_hashed", copy_until_the_disk_is_full)
         assert main(publish(one, hub)) == 2
     line = error_line(capsys)
     assert line.startswith(f"error: {hub}: disk full while building the new release") and \
@@ -210,16 +208,16 @@ def test_f7_a_publish_killed_while_building_leaves_the_earlier_release_whole(fou
     hub = tmp_path / "hub"
     assert main(publish(one, hub)) == 0
     before, rows_before = snapshot(hub), example_ids(hub, tmp_path)
-    link, made = os.link, []
+    copy, made = pipeline.publish.layout.copy_hashed, []
 
-    def killed_at_the_second_shard(src, dst, *args, **kwargs):
+    def killed_at_the_second_shard(source, out):
         if made:
             raise Killed()
-        made.append(dst)
-        return link(src, dst, *args, **kwargs)
+        made.append(out.name)
+        return copy(source, out)
 
     with monkeypatch.context() as m, pytest.raises(Killed):
-        m.setattr(os, "link", killed_at_the_second_shard)
+        m.setattr(pipeline.publish.layout, "copy_hashed", killed_at_the_second_shard)
         main(publish(four, hub))
     assert {k: v for k, v in snapshot(hub).items() if not k.startswith(".hardpos-")} == \
         {k: v for k, v in before.items() if not k.startswith(".hardpos-")}  # publish's own leftovers aside
@@ -307,11 +305,11 @@ def test_n28_a_stage_cannot_commit_into_a_run_folder_while_publish_links_its_sha
     real_place = pipeline.stages.publish.place
     meanwhile = []
 
-    def place_after_a_commit(src, dest):
+    def place_after_a_commit(src, dest, *checked):
         if not meanwhile:
             meanwhile.append(main(["--stage=order_eval", f"--coco_captions={CAPTIONS}", f"--output_dir={one / 'order'}",
                                    "--seed=1", "--progress_seconds=0"]))
-        real_place(src, dest)
+        real_place(src, dest, *checked)
 
     monkeypatch.setattr(pipeline.stages.publish, "place", place_after_a_commit)
     assert main(publish(one, tmp_path / "hub")) == 0

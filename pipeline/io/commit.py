@@ -36,6 +36,7 @@ import sys
 import threading
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -64,6 +65,45 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def below_output(target, output_dir) -> tuple[str, list[str]] | None:
+    """(the real folder of the first part of target's path that is the output folder or inside it, the names of
+    target's parts below it), or None when target is not below the output folder at all."""
+    real_out = os.path.realpath(output_dir)
+    parts = Path(os.path.normpath(os.path.abspath(target))).parts
+    for i in range(1, len(parts) + 1):
+        real = os.path.realpath(Path(*parts[:i]))
+        if real == real_out or Path(real).is_relative_to(real_out):
+            return real, list(parts[i:])
+    return None
+
+
+def link_below_output(flag: str, target, path) -> str:
+    return (f"{flag} {target}: {path} is a symbolic link in the output folder, which hardpos never writes through; "
+            f"remove the link or choose another {flag}")
+
+
+def folder_path_problem(flag: str, target, output_dir) -> str | None:
+    """Why a folder a stage writes (--publish_dir, --images_dir) is not reached the way its name reads: a `..` in it
+    that climbs out of a link (`<out>/x/../hub` through a link x lands beside x's target), or a link at any part of it
+    below the output folder, however the output folder is named (a link planted there would have the stage write
+    anywhere). None when there is none."""
+    lexical = Path(os.path.normpath(os.path.abspath(target)))
+    if ".." in Path(target).parts and os.path.realpath(target) != os.path.realpath(lexical):
+        return (f"{flag} {target}: its '..' climbs out of a symbolic link (it leads to {os.path.realpath(target)}, "
+                f"not {lexical}); name the folder without '..'")
+    below = below_output(target, output_dir)
+    if below is None:
+        return None
+    path = Path(below[0])
+    for part in below[1]:
+        path = path / part
+        if os.path.islink(path):
+            return link_below_output(flag, target, path)
+        if not path.exists():
+            return None
+    return None
 
 
 class FolderLock:

@@ -48,13 +48,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.publish.image_shards import RowGroups, parquet_images, read_member, tar_images
+from pipeline.urls import redacted
 
 SHARDS = "shards"
 INDEX = "index"
@@ -136,6 +137,11 @@ def leads_outside(image_path: str) -> bool:
     return image_path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]
 
 
+def _shown(url: str | None) -> str | None:
+    """A URL as the report and the index keep it: its password and query values as *** (pipeline/urls.py)."""
+    return None if url is None else redacted(url)
+
+
 def vg_url(image_root: str, image_path: str) -> str | None:
     """A Visual Genome image_path under --image_root: a URL prefix, or a local folder as a file:// URL
     (img2dataset fetches with urllib, which reads file:// URLs, so local images give the same shards). None when
@@ -143,7 +149,9 @@ def vg_url(image_root: str, image_path: str) -> str | None:
     if leads_outside(image_path):
         return None
     if is_url(image_root):
-        return image_root.rstrip("/") + "/" + quote(image_path, safe="/")
+        # joined to the root's path, before its query and fragment (a signed prefix: ?sig=...)
+        parts = urlsplit(image_root)
+        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + quote(image_path, safe="/")))
     root = Path(image_root).resolve()
     path = (root / image_path).resolve()
     return path.as_uri() if path.is_relative_to(root) else None
@@ -717,7 +725,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
 
     tried = set(todo)
     status = {key: _image_status(after.get(key)) for key in wanted}
-    failures = [{"image_key": key, "url": (after[key].url if key in after else wanted[key]), "reason": reason,
+    failures = [{"image_key": key, "url": _shown(after[key].url if key in after else wanted[key]), "reason": reason,
                  "error": error, "tried": "this run" if key in tried else "earlier run"}
                 for key, (state, reason, error) in sorted(status.items()) if state == "failed"]
     index_paths = {}
@@ -778,7 +786,7 @@ def index_rows(table: ImageTable, attempts: dict[str, Attempt], status: dict) ->
         stored = attempt if state == "ok" else None
         rows.append({
             "table": table.name, "example_id": example_id, "image_key": key,
-            "url": attempt.url if attempt else urls.get(key, refused_url), "status": state, "reason": reason,
+            "url": _shown(attempt.url if attempt else urls.get(key, refused_url)), "status": state, "reason": reason,
             "error": error,
             "shard": stored and stored.shard, "key": stored and stored.key,
             **{f: getattr(stored, f) if stored else None

@@ -4,15 +4,16 @@ manifest) is pipeline/tables/folders.py's, which reads them without Beam.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 # stages/publish.py imports these from here.
 from pipeline.tables.folders import MANIFEST, NEXT, PublishError, find_tables, read_manifest  # noqa: F401
+from pipeline.tables.folders import changed_file
 from pipeline.tables.folders import find_reports  # noqa: F401
 from pipeline.tables.folders import REPORT_FILE, Table, write_run_folder  # noqa: F401  (fixtures import it here)
 
@@ -30,16 +31,28 @@ def plan(tables: list[Table]) -> list[tuple[Path, str, int]]:
     return out
 
 
-def place(src: Path, dest: Path) -> None:
-    """A hard link when on the same disk (no copy of a multi-GB table), else a copy."""
+def copy_hashed(source, out) -> str:
+    """Copies an open file to another, 1 MB at a time; the sha256 of what was copied."""
+    digest = hashlib.sha256()
+    while chunk := source.read(1 << 20):
+        digest.update(chunk)
+        out.write(chunk)
+    return digest.hexdigest()
+
+
+def place(src: Path, dest: Path, root: Path, sha256: str, recorded_in) -> None:
+    """The bytes of src (a shard under root), read through one descriptor opened from root with no link followed
+    (tables/load.open_below), copied to dest as they are hashed: the release holds exactly the bytes whose sha256
+    its manifest records, whatever happens to src meanwhile or later. A copy, not a hard link: a link would share
+    every later change of the run folder's file. PublishError when the bytes are not the recorded ones."""
+    from pipeline.tables.load import open_below
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(dest):
         dest.unlink()  # the name only: a link left there is not followed
-    if src.is_symlink():  # find_tables refuses them: never published, as a link or through one
-        raise PublishError(f"{src}: a symbolic link, which publish never publishes")
-    try:
-        os.link(src, dest, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(src, dest, follow_symlinks=False)
-
-
+    source = os.fdopen(open_below(str(root), str(src)), "rb")
+    with source, open(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as out:
+        copied = copy_hashed(source, out)
+    if copied != sha256:
+        dest.unlink()
+        raise changed_file(src, recorded_in)

@@ -160,7 +160,8 @@ def _list_files(opts) -> list[InputFile]:
     found: dict[str, tuple[int, float]] = {}
     for pattern in patterns_of(opts):
         try:
-            matched = FileSystems.match([pattern])[0].metadata_list
+            # --coco_captions names one file: taken as written, never as a pattern (coco[1].json is not coco1.json)
+            matched = _literal(pattern) if not opts.captions else FileSystems.match([pattern])[0].metadata_list
         except Exception as e:  # FileSystems wraps local and remote errors alike
             raise UsageError(f"{flag}: cannot list {pattern} ({str(e).splitlines()[0] if str(e) else e})") \
                 from None
@@ -190,6 +191,20 @@ def _list_files(opts) -> list[InputFile]:
     for f in out:
         check_file(f, Columns.of(opts))
     return out
+
+
+def _literal(path: str) -> list:
+    """The file at path as FileSystems.match lists one (none when there is nothing there), its name not a pattern."""
+    from apache_beam.io.filesystem import FileMetadata
+
+    if "://" in path:
+        matched = FileSystems.match([path])[0].metadata_list
+        return [m for m in matched if m.path == path]
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return []
+    return [FileMetadata(path, st.st_size, st.st_mtime)]
 
 
 def _local_identity(path: str) -> tuple:

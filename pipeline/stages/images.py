@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.io.commit import FolderLock
+from pipeline.io.commit import FolderLock, folder_path_problem
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
 from pipeline.io.report import REPORT_FILE, write_json
@@ -75,6 +75,18 @@ def tables(opts: HardposOptions) -> list[str]:
     return [t for t in sorted(recorded) if _image_column(next(_shards(opts, t)).schema_arrow) is not None]
 
 
+def check_images_path(opts: HardposOptions) -> None:
+    """The images folder is no symbolic link, nor reached through one below the output folder: the stage writes
+    shards, an index and a report there (UsageError, one line, before anything is written)."""
+    out = images_dir(opts)
+    if os.path.islink(out):
+        raise UsageError(f"--images_dir {out} is a symbolic link (to {os.readlink(out)}), which the images stage "
+                         f"never writes through; remove the link or choose another --images_dir")
+    problem = folder_path_problem("--images_dir", out, opts.output_dir)
+    if problem:
+        raise UsageError(problem)
+
+
 def check_inputs(opts: HardposOptions) -> None:
     if importlib.util.find_spec("img2dataset") is None:
         raise UsageError(f"--stage=images needs img2dataset: {core.INSTALL_HINT}")
@@ -82,6 +94,7 @@ def check_inputs(opts: HardposOptions) -> None:
     if "://" in out:
         raise UsageError(f"--images_dir must be a local folder (the shards are checked and indexed in place), "
                          f"got {out}")
+    check_images_path(opts)
     names = tables(opts)
     if not names:
         if opts.image_tables is not None:
@@ -128,6 +141,7 @@ def run_stage(options, opts: HardposOptions) -> dict:
         timeout=opts.image_timeout, retries=opts.image_retries, retry_failed=opts.retry_failed_images,
         deadline=opts.image_deadline, max_bytes=opts.image_max_bytes, max_pixel_values=opts.image_max_pixel_values,
         file_root=local_root)
+    check_images_path(opts)  # again, just before the lock is written into it
     with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
         result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
         report_path = os.path.join(out, REPORT_FILE)

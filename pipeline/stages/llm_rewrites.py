@@ -63,6 +63,16 @@ def model_name(opts: HardposOptions) -> str:
     return resolve(opts.model).name if opts.llm_engine == "transformers" else opts.model
 
 
+def cache_model(opts: HardposOptions) -> str:
+    """What the cache keys answers by: the model, and with --llm_engine=replay the replay file's sha256 too (its
+    answers are the file's, not a model's: another file under the same --model is not answered from the cache)."""
+    if opts.llm_engine != "replay":
+        return model_name(opts)
+    from pipeline.tables.shards import file_sha256
+
+    return f"{model_name(opts)}\x1freplay {file_sha256(opts.llm_replay)}"
+
+
 def engine_config(opts: HardposOptions) -> EngineConfig:
     return EngineConfig(engine=opts.llm_engine, model=opts.model, base_url=opts.llm_base_url or "",
                         concurrency=opts.llm_concurrency, timeout_s=opts.llm_timeout,
@@ -347,7 +357,7 @@ def rewrite_parts(records, pipeline: beam.Pipeline, opts: HardposOptions, spec: 
     base = base_sampling(opts)
     model = model_name(opts)
     prompts = records | f"MakePrompts{label}" >> beam.FlatMap(
-        make_prompts, spec.kinds, model, opts.chat_format, opts.prompt_set, base)
+        make_prompts, spec.kinds, cache_model(opts), opts.chat_format, opts.prompt_set, base)
     joined = ({"prompt": prompts | f"KeyPrompts{label}" >> beam.Map(lambda e: (e["key"], e)),
                "cache": _read_cache(pipeline, opts.cache_dir, spec.table, label)}
               | f"JoinCache{label}" >> beam.CoGroupByKey())

@@ -11,8 +11,8 @@ no report (unless --allow_partial), the card's YAML parses, and with --hub_repo 
 folder read is held under its lock (pipeline/io/commit.py) from those checks until the release is in place, so the
 shards checked are the ones linked: a stage into one of them is refused meanwhile. The folder
 is written only when it is empty or holds nothing but what an earlier publish's valid manifest lists (no other
-file, folder or symbolic link). The new release is built complete beside the old one (.hardpos-next: hard links
-to the run's shards, so nothing is copied twice), then switched in by renames, which need no disk space: a full
+file, folder or symbolic link). The new release is built complete beside the old one (.hardpos-next: copies of
+the run's shards, each the bytes its report's sha256 names, read through no link), then switched in by renames, which need no disk space: a full
 disk leaves the earlier release as it was, and a switch cut off is finished by the next publish. It is what the
 Hub serves: `datasets.load_dataset(<publish_dir>, <config>)` resolves it exactly as it resolves the repo. Then,
 with --hub_repo and without --dry_run, it is uploaded. --dry_run prints the plan and the card and sends nothing.
@@ -26,11 +26,12 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import yaml
 
-from pipeline.io.commit import FolderLock
+from pipeline.io.commit import FolderLock, below_output, folder_path_problem, link_below_output
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.options import HardposOptions, UsageError, is_dry_run
 from pipeline.provenance import build_info
@@ -39,6 +40,7 @@ from pipeline.publish.layout import (
     MANIFEST,
     NEXT,
     OWN_PREFIX,
+    REPORT_FILE,
     PublishError,
     find_reports,
     find_tables,
@@ -89,34 +91,64 @@ def check_not_link(target: Path) -> None:
 
 
 def check_publish_path(target: Path, output_dir: Path) -> None:
-    """--publish_dir is reached the way it reads: a `..` in it climbs no link (`<out>/x/../hub` through a link x
-    would land beside x's target), and no part of it below the output folder is a link (a link planted in the
-    output folder would have the release written anywhere); the folder itself is no link (check_not_link).
-    PublishError (one line) before anything is written."""
+    """--publish_dir is reached the way it reads (commit.folder_path_problem: a `..` that climbs no link, no link below
+    the output folder however it is named) and is no link itself (check_not_link). PublishError (one line) before
+    anything is written."""
     check_not_link(target)
-    lexical = Path(os.path.normpath(os.path.abspath(target)))
-    if ".." in Path(target).parts and os.path.realpath(target) != os.path.realpath(lexical):
-        raise PublishError(f"--publish_dir {target}: its '..' climbs out of a symbolic link (it leads to "
-                           f"{os.path.realpath(target)}, not {lexical}); name the folder without '..'")
-    out = Path(os.path.normpath(os.path.abspath(output_dir)))
-    if lexical == out or not lexical.is_relative_to(out):
-        return
-    path = out
-    for part in lexical.relative_to(out).parts:
-        path = path / part
-        if os.path.islink(path):
-            raise PublishError(f"--publish_dir {target}: {path} is a symbolic link in the "
-                               f"output folder, which publish never writes through; remove the link or choose "
-                               f"another --publish_dir")
-        if not path.exists():
-            return
+    problem = folder_path_problem("--publish_dir", target, output_dir)
+    if problem:
+        raise PublishError(problem)
 
 
-def earlier_publish(target: Path) -> set[str]:
+def open_publish_folder(target: Path, output_dir: Path) -> int:
+    """A descriptor of the publish folder, made where missing, opened once: below the output folder one name at a
+    time with no link followed (mkdir, then O_NOFOLLOW), so that a link planted there after check_publish_path is
+    refused, never written through; elsewhere the folder itself, no link. publish then works in the folder that
+    descriptor names (/proc/self/fd/N), whatever is renamed or linked above it meanwhile."""
+    check_publish_path(target, output_dir)
+    below = below_output(target, output_dir)
+    if below is None:
+        os.makedirs(target, exist_ok=True)
+        try:
+            return os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            check_not_link(target)
+            raise
+    fd = os.open(below[0], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    path = Path(below[0])
+    try:
+        for part in below[1]:
+            path = path / part
+            try:
+                os.mkdir(part, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                if stat.S_ISLNK(os.lstat(part, dir_fd=fd).st_mode):
+                    raise PublishError(link_below_output("--publish_dir", target, path)) from None
+                raise
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def pinned(fd: int, target: Path) -> Path:
+    """The path that names the folder behind fd itself (Linux: /proc/self/fd/N), else target's real path."""
+    proc = Path(f"/proc/self/fd/{fd}")
+    return proc if proc.is_dir() else Path(os.path.realpath(target))
+
+
+def earlier_publish(target: Path, opened: bool = False) -> set[str]:
     """The files (relative paths) an earlier publish wrote into target: the only ones this one may replace or
     delete. PublishError unless target is missing, or holds nothing but the files its valid manifest lists (and
     the folders they are in): no other file or folder, no symbolic link (publish follows none it did not make)."""
-    check_not_link(target)
+    if not opened:  # a folder publish opened itself (open_publish_folder) is named through its descriptor
+        check_not_link(target)
     if not target.exists():
         return set()
     if not target.is_dir():
@@ -208,16 +240,17 @@ def _write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _build_aside(target: Path, files: list, card: str, manifest: dict) -> None:
-    """The whole new release in target/NEXT, its manifest last; the folder itself is not touched. On any write
-    error (a full disk) NEXT is removed and the earlier release stays as it was."""
+def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Path, recorded_in: dict) -> None:
+    """The whole new release in target/NEXT, its manifest last; the folder itself is not touched. Each shard is the
+    bytes checked against the sha256 the manifest records, read from under root (the output folder) through no link.
+    On any write error (a full disk) NEXT is removed and the earlier release stays as it was."""
     aside = target / NEXT
     try:
         for leftover in (aside, target / PREV):  # of a publish that was cut off
             _remove_own(leftover)
         (target / PREV).mkdir()  # made now, so that the switch only renames
         for src, dest, _ in files:
-            place(src, aside / dest)
+            place(src, aside / dest, root, manifest["files"][dest]["sha256"], recorded_in[dest])
         (aside / "README.md").write_bytes(card.encode("utf-8"))
         _write_json(aside / MANIFEST, manifest)
     except OSError as e:
@@ -249,6 +282,35 @@ def finish_switch(target: Path) -> None:
     except OSError as e:
         raise PublishError(f"{target}: switching to the new release stopped ({_why(e)}); run publish again to "
                            f"finish it") from None
+
+
+def _into(where: Path, opts: HardposOptions, dry_run: bool, api, files: list, card: str, report: dict,
+          found: list) -> None:
+    """The release built and switched in at `where` (the publish folder, opened once), and uploaded."""
+    target = publish_dir(opts)
+    with FolderLock(str(where), STAGE, "--publish_dir"):
+        earlier_publish(where, opened=True)  # again, now that no other publish can change it
+        finish_switch(where)    # one that a killed publish left
+        _build_aside(where, files, card, report, Path(opts.output_dir),
+                     {dest: t.run_dir / REPORT_FILE for t in found for dest in t.hub_paths()})
+        finish_switch(where)
+        print(f"publish plan: {len(files)} files, {len(found)} configs -> {target}"
+              + (f" -> https://huggingface.co/datasets/{opts.hub_repo}" if opts.hub_repo else ""))
+        for src, dest, rows in files:
+            print(f"  {dest:<60} {rows:>10,} rows {_human(src.stat().st_size):>9}  <- {src}")
+        print(f"  {'README.md':<60} (dataset card, {len(card.encode()):,} bytes)")
+        if dry_run:
+            print("\n--- README.md ---\n" + card + "--- end of README.md (dry run: nothing uploaded) ---\n")
+        if opts.hub_repo and not dry_run:
+            report["uploaded"] = upload(where, opts.hub_repo, opts.private, api=api)
+            print(f"uploaded: {report['uploaded']}")
+            try:
+                _write_json(where / MANIFEST, report)
+            except OSError as e:
+                raise PublishError(f"{where / MANIFEST}: {_why(e)} while recording the upload, which is done; the "
+                                   f"folder is complete") from None
+        elif not opts.hub_repo:
+            print("no --hub_repo: folder built, nothing uploaded")
 
 
 def run_stage(options, opts: HardposOptions) -> dict:
@@ -312,29 +374,19 @@ def _publish_locked(opts: HardposOptions, dry_run: bool, repo_id: str, target: P
     report["files"] = {dest: {"sha256": checksums[dest], "rows": rows, "source": str(src)} for src, dest, rows in files}
     report["files"]["README.md"] = {"sha256": hashlib.sha256(card.encode("utf-8")).hexdigest()}
     manifest_path = target / MANIFEST
-    check_publish_path(target, Path(opts.output_dir))  # before the lock is written into it
-    with FolderLock(str(target), STAGE, "--publish_dir"):
-        earlier_publish(target)  # again, now that no other publish can change it
-        finish_switch(target)    # one that a killed publish left
-        _build_aside(target, files, card, report)
-        finish_switch(target)
+    try:
+        fd = open_publish_folder(target, Path(opts.output_dir))  # before the lock is written into it
+    except OSError as e:
+        raise PublishError(f"--publish_dir {target}: {_why(e)}") from None
+    try:
+        # every write below goes into the folder opened, named by its descriptor; messages name target
+        where = pinned(fd, target)
+        try:
+            _into(where, opts, dry_run, api, files, card, report, found)
+        except (PublishError, UsageError, UploadError) as e:
+            raise type(e)(str(e).replace(str(where), str(target))) from None
+    finally:
+        os.close(fd)
 
-        print(f"publish plan: {len(files)} files, {len(found)} configs -> {target}"
-              + (f" -> https://huggingface.co/datasets/{opts.hub_repo}" if opts.hub_repo else ""))
-        for src, dest, rows in files:
-            print(f"  {dest:<60} {rows:>10,} rows {_human(src.stat().st_size):>9}  <- {src}")
-        print(f"  {'README.md':<60} (dataset card, {len(card.encode()):,} bytes)")
-        if dry_run:
-            print("\n--- README.md ---\n" + card + "--- end of README.md (dry run: nothing uploaded) ---\n")
-        if opts.hub_repo and not dry_run:
-            report["uploaded"] = upload(target, opts.hub_repo, opts.private, api=api)
-            print(f"uploaded: {report['uploaded']}")
-            try:
-                _write_json(manifest_path, report)
-            except OSError as e:
-                raise PublishError(f"{manifest_path}: {_why(e)} while recording the upload, which is done; the "
-                                   f"folder is complete") from None
-        elif not opts.hub_repo:
-            print("no --hub_repo: folder built, nothing uploaded")
     report["report_path"] = str(manifest_path)
     return report

@@ -17,13 +17,17 @@ pipeline/publish/card.py). A table with no rows comes back as an empty Dataset w
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.tables.folders import (
     CONFIG_NAME,
@@ -40,7 +44,7 @@ from pipeline.tables.folders import (
     link_error,
     read_manifest,
 )
-from pipeline.tables.shards import SHARD_NAME, file_sha256, read_table
+from pipeline.tables.shards import SHARD_NAME, VERIFY_PAGES, file_sha256, read_table
 
 # Table folder names of a run (eval_sets writes replace/ and swap/) -> config names.
 ALIASES = {"replace": "replace_eval", "swap": "swap_eval"}
@@ -65,6 +69,7 @@ def check_published(folder: Path, config: str, verify: bool = True) -> list[Path
     check_published_paths(folder, config)
     shards = sorted((folder / "data" / config).glob("*.parquet"))
     check_published_paths(folder, config, shards)
+    check_shard_set(folder / "data" / config, shards)
     if (folder / NEXT / MANIFEST).is_file():
         raise PublishError(f"{folder}: a publish into it is switching to its new files, or was cut off doing so "
                            f"(then run publish again to finish it)")
@@ -81,6 +86,28 @@ def check_published(folder: Path, config: str, verify: bool = True) -> list[Path
         if not (folder / path).is_file() or (verify and file_sha256(str(folder / path)) != entry["sha256"]):
             raise changed_file(folder / path, MANIFEST, "publish again")
     return shards
+
+
+def check_shard_set(folder: Path, shards) -> None:
+    """The shards of one config are one set as publish writes it: every name <split>-SSSSS-of-NNNNN.parquet, one
+    split, NNNNN the number of shards and each index 0..NNNNN-1 once. A shard of another split, or a stale shard of
+    an earlier upload with another count (which `datasets` leaves out by the card's pattern), is refused: PublishError
+    (one line) naming it."""
+    names = [Path(p).name for p in shards]
+    wanted = None
+    for name in names:
+        match = SHARD_NAME.match(name)
+        if not match or not match["prefix"].isalpha():
+            raise PublishError(f"{folder / name}: not a shard name of the form <split>-SSSSS-of-NNNNN.parquet; "
+                               f"move it away or publish again")
+        wanted = wanted or (match["prefix"], int(match["count"]))
+        if (match["prefix"], int(match["count"])) != wanted:
+            raise PublishError(f"{folder / name}: a shard of another set than {folder / names[0]} (another split, "
+                               f"or a stale shard of an earlier upload); one config holds one set: remove it or "
+                               f"publish again")
+    if wanted is not None and sorted(int(SHARD_NAME.match(n)["index"]) for n in names) != list(range(wanted[1])):
+        raise PublishError(f"{folder}: its shards are not the {wanted[1]} of one set ({', '.join(names[:3])}"
+                           f"{', ...' if len(names) > 3 else ''}); publish again")
 
 
 def table_fingerprint(sha256s) -> str:
@@ -110,6 +137,10 @@ class LocalTable:
                               self.recorded_in) for p in self.shards)
 
 
+class TableMissing(PublishError):
+    """The folder checks, but holds no table of that config (a caller may do without it)."""
+
+
 def plain_config(source, config: str) -> str:
     """The config name, once it is a plain name (a config is a folder name under data/: `../x` or `a/b` would name
     another folder); PublishError otherwise."""
@@ -129,10 +160,13 @@ def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
     if not path.is_dir():
         return None
     config = plain_config(source, config)
+    if is_published_folder(path) and (path / REPORT_FILE).exists():
+        raise PublishError(f"{source}: both a published folder and a run folder (its report.json), so which table "
+                           f"is meant cannot be told; publish into a folder of its own")
     if is_published_folder(path):
         shards = check_published(path, config, verify)
         if not shards:
-            raise PublishError(f"{source}: no config {config} (no data/{config}/*.parquet)")
+            raise TableMissing(f"{source}: no config {config} (no data/{config}/*.parquet)")
         if not (path / MANIFEST).is_file():
             return LocalTable(config, tuple(shards), None, None, path)
         manifest = read_manifest(path)
@@ -144,7 +178,7 @@ def local_table(source, config: str, verify: bool = True) -> LocalTable | None:
     # folder does not stop this table from loading.
     tables = {t.config: t for t in find_tables(path, verify=False, allow_partial=True, keep_empty=True)}
     if config not in tables:
-        raise PublishError(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
+        raise TableMissing(f"{source}: no table {config}; found {', '.join(sorted(tables))}")
     table = tables[config]
     if verify:
         check_checksums(table.run_dir, table.section, table.files)
@@ -163,7 +197,7 @@ class ShardRef:
     recorded_in: str | None = None
 
 
-def _open_below(root: str, path: str) -> int:
+def open_below(root: str, path: str) -> int:
     """A read-only descriptor of path, opened from root one name at a time with no link followed (O_NOFOLLOW): a
     folder or shard below root that is, or has become, a link is refused (PublishError), never followed. root
     itself is opened as named (a `current` link to a release is followed once, here, and never again)."""
@@ -204,47 +238,73 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def read_shard(ref: ShardRef, columns: list[str] | None = None) -> pa.Table:
-    """The rows of one shard, from the bytes read through one descriptor (_open_below) and, when a sha256 is
-    recorded, hashed and found to be those: what was checked is what is read, whatever changes on disk meanwhile.
-    Every page's checksum is checked. PublishError (one line) otherwise."""
-    fd = _open_below(ref.root, ref.path)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
-    if ref.sha256 is not None and hashlib.sha256(data).hexdigest() != ref.sha256:
+def checked_copy(ref: ShardRef, dest: str) -> str:
+    """A private copy of one shard at dest, made from the bytes read through one descriptor (open_below) as they
+    are hashed and, when a sha256 is recorded, found to be those: what was checked is what is read from the copy,
+    whatever changes on disk meanwhile. PublishError (one line) otherwise."""
+    digest = hashlib.sha256()
+    with os.fdopen(open_below(ref.root, ref.path), "rb") as source, \
+            open(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    if ref.sha256 is not None and digest.hexdigest() != ref.sha256:
+        os.unlink(dest)
         raise changed_file(ref.path, ref.recorded_in or "its report",
                            "publish again" if (ref.recorded_in or "").endswith(MANIFEST) else "run the stage again")
+    return dest
+
+
+def _private_folder() -> str:
+    """A folder of this process's own (0700), removed when it exits: the checked copies and their Arrow cache."""
+    folder = tempfile.mkdtemp(prefix="hardpos-load-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def read_shard(ref: ShardRef, columns: list[str] | None = None) -> pa.Table:
+    """The rows of one shard (checked_copy's), every page's checksum checked. PublishError (one line) otherwise."""
+    folder = tempfile.mkdtemp(prefix="hardpos-shard-")
     try:
-        return read_table(pa.BufferReader(data), columns=columns)
-    except (OSError, pa.ArrowException) as e:
-        raise PublishError(f"{ref.path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+        copy = checked_copy(ref, os.path.join(folder, "shard.parquet"))
+        try:
+            return read_table(copy, columns=columns)
+        except (OSError, pa.ArrowException) as e:
+            raise PublishError(f"{ref.path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def table_folder_of(folder) -> tuple[Path, str] | None:
     """(the run or published folder, the config) when folder is a table's own folder there: <run>/<folder> that
-    the run's report.json records a table in, or <published>/data/<config>; else None."""
+    the run's report.json records a table in, or <published>/data/<config>; else None. PublishError when that
+    folder is a link (hardpos reads no table through one: the shards there are not the ones recorded)."""
     folder = Path(folder)
     if folder.parent.name == "data" and is_published_folder(folder.parent.parent):
+        check_real(folder, True, "publish again")
         return folder.parent.parent, folder.name
     run = folder.parent
-    if not (run / REPORT_FILE).is_file() or folder.is_symlink():
+    if not (run / REPORT_FILE).is_file():
         return None
     for table in find_tables(run, verify=False, allow_partial=True, keep_empty=True):
-        if table.files and table.files[0].parent == folder:
+        if table.files and table.files[0].parent.name == folder.name:
+            check_real(folder, True, "run the stage again")
             return run, table.config
     return None
 
 
-def check_recorded_shard(shard, verify: bool = True) -> ShardRef | None:
+def check_recorded_shard(shard, verify: bool = True, config: str | None = None) -> ShardRef | None:
     """A shard named on its own (one a glob matched): when it lies in a table's folder of a run folder or a
     published folder, it must be one that the report or manifest lists there, with its sha256 (hashed unless verify
     is False), and no link (PublishError otherwise: a stray file beside a table is not part of it); its ShardRef
-    then, which read_shard checks again as it reads. None for a shard anywhere else (a user's own files), which has
-    nothing to be checked against."""
+    then, which read_shard checks again as it reads (with `config`, of that table only). None for a shard anywhere
+    else (a user's own files), which has nothing to be checked against."""
     shard = Path(shard)
     where = table_folder_of(shard.parent)
     if where is None:
         return None
+    if config is not None and where[1] != config:
+        raise PublishError(f"{shard}: a shard of table {where[1]} in {where[0]}, not of its {config} table")
     table = local_table(where[0], where[1], verify=False)
     if table.sha256 is None:  # a published folder with no manifest
         return None
@@ -261,21 +321,29 @@ def check_recorded_shard(shard, verify: bool = True) -> ShardRef | None:
 
 
 def read_rows(source, table: LocalTable, split: str | None = None):
-    """The checked shards of a local table, and only those (never the files a card names), as one datasets.Dataset
-    built from the bytes checked as they were read (read_shard): no path is opened again and no cache is consulted,
-    so the rows are those of the sha256s the table's fingerprint is made of. A table of no rows comes back with its
-    columns."""
+    """The checked shards of a local table, and only those (never the files a card names), as a datasets.Dataset
+    that `datasets` builds from private copies of the bytes checked as they were read (checked_copy), into a cache of
+    its own: no path of the folder is opened again and no shared cache is consulted, so the rows are those of the
+    sha256s the table's fingerprint is made of; memory-mapped as `datasets` maps any table. A table of no rows comes
+    back with its columns (datasets.load_dataset finds no data in a split of 0 rows)."""
     import datasets
 
     table_split = SHARD_NAME.match(table.shards[0].name)["prefix"]
     if split not in (None, table_split):
         raise PublishError(f"{source}: table {table.config} has no split {split!r}, only {table_split!r}")
-    parts = [read_shard(ref) for ref in table.refs()]
-    if any(not part.schema.equals(parts[0].schema) for part in parts[1:]):
-        raise PublishError(f"{source}: the shards of table {table.config} differ in their columns; run the stage "
-                           f"or publish again")
-    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    return datasets.Dataset(datasets.table.InMemoryTable(rows), split=datasets.Split(table_split))
+    folder = _private_folder()
+    os.mkdir(os.path.join(folder, "shards"))
+    copies = [checked_copy(ref, os.path.join(folder, "shards", Path(ref.path).name)) for ref in table.refs()]
+    if not any(pq.ParquetFile(c).metadata.num_rows for c in copies):
+        schema = pq.read_schema(copies[0])
+        return datasets.Dataset.from_dict({name: [] for name in schema.names},
+                                          features=datasets.Features.from_arrow_schema(schema),
+                                          split=datasets.Split(table_split))
+    loaded = datasets.load_dataset("parquet", data_files={table_split: copies}, split=table_split,
+                                   cache_dir=os.path.join(folder, "cache"), fragment_scan_options=dict(VERIFY_PAGES))
+    for copy in copies:  # the Dataset maps the Arrow cache, not these
+        os.unlink(copy)
+    return loaded
 
 
 def load_checked(source: str, config: str, split: str | None = None, **kwargs):

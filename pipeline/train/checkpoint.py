@@ -154,12 +154,15 @@ def check_resume_args(saved: dict, args, rows_kept: int, train_table: dict | Non
     if saved["rows_kept"] != rows_kept:
         raise UsageError(f"--data: {rows_kept:,} rows kept but the checkpoint was trained on {saved['rows_kept']:,}; "
                          f"a resumed run must see the same rows")
-    before = saved.get("train_table") if isinstance(saved.get("train_table"), dict) else {}
-    now = (train_table or {}).get("fingerprint")
-    if before.get("fingerprint") and now and before["fingerprint"] != now:  # both recorded (finetune.train_table_record)
-        raise UsageError(f"--data: {args.data} is not the train table the checkpoint was trained on (its shards' "
-                         f"fingerprint is {now[:12]}…, the checkpoint recorded {before['fingerprint'][:12]}…); a resumed "
-                         f"run must see the same rows")
+    if isinstance(saved.get("train_table"), dict):  # checkpoints from before the record have nothing to compare
+        before, now = saved["train_table"].get("fingerprint"), (train_table or {}).get("fingerprint")
+        if before != now or (before is None and saved["train_table"].get("data") != args.data):
+            # a table that records no fingerprint (the Hub, a folder without manifest) is taken for the one trained
+            # on only under the same name, and never for one that recorded a fingerprint
+            said = lambda fp: f"fingerprint {fp[:12]}…" if fp else "no fingerprint"  # noqa: E731
+            raise UsageError(f"--data: {args.data} is not the train table the checkpoint was trained on (its shards' "
+                             f"{said(now)}, the checkpoint recorded {saved['train_table'].get('data')!r} with "
+                             f"{said(before)}); a resumed run must see the same rows")
     saved = saved["args"]
     for key in SAME_ON_RESUME:
         if saved.get(key) != getattr(args, key):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline.publish.image_shards import ImageNotTheRows, open_shard_folder
 from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, leads_outside, open_bounded, open_images
+from pipeline.urls import redacted
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 COCO_SPLIT_FOLDERS = ("", "train2017", "val2017")
@@ -88,6 +89,13 @@ class ImageLookup:
         if self.shards is not None:
             if row["example_id"] not in self.shards:
                 raise ImageMissing(f"no image for {row['example_id']} in {self.root} (see its index/)")
+            indexed = self.shards.index_row(row["example_id"]).get("url")
+            if row.get("image_url") and indexed and redacted(indexed) != redacted(row["image_url"]):
+                # tables remade from a corpus whose urls changed keep their example_ids: the image fetched is
+                # another picture
+                raise ImageMissing(f"the image of {row['example_id']} in {self.root} was fetched from "
+                                   f"{redacted(indexed)}, not the row's {redacted(row['image_url'])}: run the images "
+                                   f"stage again")
             found = self.shards[row["example_id"]]
             image = found.crop() if crop else found.image
             return image.convert("RGB")

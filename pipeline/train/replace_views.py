@@ -100,6 +100,9 @@ def train_table(location: str, verify: bool = True):
         table = local_table(path, "train", verify)
         if table is None:
             where = table_folder_of(path)
+            if where is not None and where[1] != "train":
+                raise PublishError(f"{location}: the folder of table {where[1]} in {where[0]}, not of its train "
+                                   f"table: name the train table (the run or published folder, or its train folder)")
             table = local_table(*where, verify) if where is not None else None
         if table is not None:
             return table.refs(), table
@@ -110,7 +113,7 @@ def train_table(location: str, verify: bool = True):
         shards = sorted(p for p in glob.glob(location) if p.endswith(".parquet") and Path(p).is_file())
     refs = []
     for shard in shards:
-        recorded = check_recorded_shard(shard, verify)
+        recorded = check_recorded_shard(shard, verify, "train")
         refs.append(recorded or ShardRef(str(Path(shard).parent), shard))
     return tuple(refs), None
 
