@@ -135,10 +135,15 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         problem = folder_problem(opts.spill_dir)
         if problem:
             raise UsageError(f"--spill_dir={opts.spill_dir}: {problem}")
-    if opts.stage != "publish" and "://" not in opts.output_dir and is_published_folder(Path(opts.output_dir)):
-        # a release folder holding a run too: load_table could not tell which table is meant
-        raise UsageError(f"--output_dir={opts.output_dir} is a published folder (publish's {MANIFEST} or card); "
-                         f"write the run into a folder of its own")
+    if opts.stage != "publish" and "://" not in opts.output_dir:
+        # a release folder holding a run too (load_table could not tell which table is meant), or a run committed
+        # into a release's data/ (its shards replaced under the manifest)
+        here = Path(os.path.abspath(opts.output_dir))
+        release = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+        if release is not None:
+            where = "is" if release == here else f"is inside {release},"
+            raise UsageError(f"--output_dir={opts.output_dir} {where} a published folder (publish's {MANIFEST} or "
+                             f"card); write the run into a folder of its own")
     STAGES[opts.stage].check_inputs(opts)
     return options, opts
 

@@ -18,7 +18,7 @@ import pipeline.stages.publish as publish_stage
 from pipeline.options import UsageError
 from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
-from pipeline.tables.folders import MANIFEST, PublishError
+from pipeline.tables.folders import PublishError
 from pipeline.tables.load import load_table
 from tests.image_fixtures import schema_row
 
@@ -249,6 +249,7 @@ def test_s14_the_replay_engine_answers_from_its_own_file_not_an_earlier_ones_cac
 def test_s46_the_trainer_refuses_an_image_fetched_from_another_url(tmp_path):
     from PIL import Image
 
+    from pipeline.publish.images import url_sha256
     from pipeline.train.images import ImageLookup, ImageMissing
 
     class Found:
@@ -256,11 +257,13 @@ def test_s46_the_trainer_refuses_an_image_fetched_from_another_url(tmp_path):
 
     class Shards(dict):
         def index_row(self, example_id):
-            return {"url": "http://user:pw@h/a/1.jpg?sig=x"}
+            return {"url": "http://***@h/a/1.jpg?sig=***", "url_sha256": url_sha256("http://user:pw@h/a/1.jpg?sig=x")}
 
     lookup = object.__new__(ImageLookup)
     lookup.root, lookup.shards, lookup.corpus = tmp_path, Shards({"e1": Found()}), None
-    assert lookup({"example_id": "e1", "image_url": "http://user:pw@h/a/1.jpg?sig=y"}, crop=False).size == (4, 4)
+    assert lookup({"example_id": "e1", "image_url": "http://user:pw@h/a/1.jpg?sig=x"}, crop=False).size == (4, 4)
+    with pytest.raises(ImageMissing):  # a query value that differs is another url (probe9 T16: ?id=a, ?id=b)
+        lookup({"example_id": "e1", "image_url": "http://user:pw@h/a/1.jpg?sig=y"}, crop=False)
     with pytest.raises(ImageMissing, match=r"fetched from http://\*\*\*@h/a/1.jpg\?sig=\*\*\*, not the row's "
                                            r"http://\*\*\*@h/b/1.jpg"):
         lookup({"example_id": "e1", "image_url": "http://user:pw@h/b/1.jpg"}, crop=False)

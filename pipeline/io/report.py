@@ -108,8 +108,14 @@ def write_json(path: str, obj) -> None:
 
 
 def read_json(path: str):
+    """A JSON file; ValueError when it is not JSON, or nests past Python's recursion limit (a report of 100,000
+    nested lists is refused as any other bad report, never a traceback)."""
     with FileSystems.open(path) as f:
-        return json.loads(f.read().decode("utf-8"))
+        data = f.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a report") from None
 
 
 def format_summary(report: dict) -> str:

@@ -83,7 +83,9 @@ _INDEX_FIELDS = [
     ("table", pa.string(), "Table folder the row comes from."),
     ("example_id", pa.string(), "The row's example_id."),
     ("image_key", pa.string(), "The image across tables: coco/<image_id>, vg/<image_path> or url/<url>."),
-    ("url", pa.string(), "Where the image was (or would be) fetched from."),
+    ("url", pa.string(), "Where the image was (or would be) fetched from, its password and query values as ***."),
+    ("url_sha256", pa.string(), "sha256 of that url as fetched, secrets and all: what the trainer checks a row's "
+                                "image_url against."),
     ("status", pa.string(), "ok (in the shards), failed, or no_image (the row names no image)."),
     ("reason", pa.string(), "Why not ok: http_404, decode_error, timeout, deadline_exceeded, too_large, "
                             "too_many_pixel_values, url_not_http, path_outside_image_root, duplicate_image_id, "
@@ -135,6 +137,12 @@ def leads_outside(image_path: str) -> bool:
     that folder: absolute, a ".." part, a drive or URL scheme."""
     parts = image_path.replace("\\", "/").split("/")
     return image_path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]
+
+
+def url_sha256(url: str | None) -> str | None:
+    """The sha256 of a URL as given (the index keeps it redacted, so two URLs that differ only in a secret or a
+    query value look alike there)."""
+    return None if url is None else hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _shown(url: str | None) -> str | None:
@@ -526,7 +534,14 @@ def settings_problem(images_dir: str, image_format: str, image_size: int) -> str
     path = os.path.join(images_dir, SETTINGS_FILE)
     if not os.path.exists(path):
         return None
-    earlier = json.loads(Path(path).read_text())
+    try:
+        earlier = json.loads(Path(path).read_text(encoding="utf-8"))
+        why = None if isinstance(earlier, dict) else f"a JSON {type(earlier).__name__}"
+    except (OSError, ValueError, RecursionError) as e:  # a crash or a full disk may leave it empty
+        why = (str(e).splitlines() or [type(e).__name__])[0][:80]
+    if why is not None:
+        return (f"{path} is not the settings file the images stage writes ({why}); move it away, or use another "
+                f"--images_dir")
     for flag, value in (("image_format", image_format), ("image_size", image_size)):
         if earlier.get(flag) != value:
             return (f"--{flag}={value}, but the shards in {images_dir} were made with --{flag}={earlier.get(flag)}; "
@@ -786,7 +801,8 @@ def index_rows(table: ImageTable, attempts: dict[str, Attempt], status: dict) ->
         stored = attempt if state == "ok" else None
         rows.append({
             "table": table.name, "example_id": example_id, "image_key": key,
-            "url": _shown(attempt.url if attempt else urls.get(key, refused_url)), "status": state, "reason": reason,
+            "url": _shown(url := attempt.url if attempt else urls.get(key, refused_url)),
+            "url_sha256": url_sha256(url), "status": state, "reason": reason,
             "error": error,
             "shard": stored and stored.shard, "key": stored and stored.key,
             **{f: getattr(stored, f) if stored else None

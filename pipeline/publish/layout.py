@@ -40,19 +40,60 @@ def copy_hashed(source, out) -> str:
     return digest.hexdigest()
 
 
-def place(src: Path, dest: Path, root: Path, sha256: str, recorded_in) -> None:
+def open_folder_below(base: Path, relative: str) -> int:
+    """A descriptor of the folder base/relative, made where missing, opened one name at a time from base with no
+    link followed (O_NOFOLLOW): a link planted in a folder publish builds is refused, never written through."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for part in Path(relative).parts:
+            try:
+                os.mkdir(part, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                raise PublishError(f"{base / relative}: {part} is not a folder publish made (a symbolic link or a "
+                                   f"file planted there); nothing is written through it") from None
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_new(base: Path, relative: str, data: bytes = b"", mode: int = 0o644):
+    """A new file base/relative (an earlier one or a link at that name removed, never followed), in a folder opened
+    with open_folder_below; the open binary file to write to, or data written when given."""
+    folder = open_folder_below(base, str(Path(relative).parent))
+    try:
+        name = Path(relative).name
+        try:
+            os.unlink(name, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+    finally:
+        os.close(folder)
+    out = os.fdopen(fd, "wb")
+    if data:
+        with out:
+            out.write(data)
+    return out
+
+
+def place(src: Path, dest: str, base: Path, root: Path, sha256: str, recorded_in) -> None:
     """The bytes of src (a shard under root), read through one descriptor opened from root with no link followed
-    (tables/load.open_below), copied to dest as they are hashed: the release holds exactly the bytes whose sha256
-    its manifest records, whatever happens to src meanwhile or later. A copy, not a hard link: a link would share
-    every later change of the run folder's file. PublishError when the bytes are not the recorded ones."""
+    (tables/load.open_below), copied to base/dest (write_new: no link followed there either) as they are hashed: the
+    release holds exactly the bytes whose sha256 its manifest records, whatever happens to src meanwhile or later.
+    A copy, not a hard link: a link would share every later change of the run folder's file. PublishError when the
+    bytes are not the recorded ones."""
     from pipeline.tables.load import open_below
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(dest):
-        dest.unlink()  # the name only: a link left there is not followed
     source = os.fdopen(open_below(str(root), str(src)), "rb")
-    with source, open(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as out:
+    with source, write_new(base, dest) as out:
         copied = copy_hashed(source, out)
     if copied != sha256:
-        dest.unlink()
+        (base / dest).unlink()
         raise changed_file(src, recorded_in)

@@ -10,8 +10,10 @@ run.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +23,7 @@ from pipeline.io.commit import FolderLock, folder_path_problem
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
 from pipeline.io.report import REPORT_FILE, write_json
+from pipeline.tables.folders import is_published_folder
 from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
@@ -85,6 +88,26 @@ def check_images_path(opts: HardposOptions) -> None:
     problem = folder_path_problem("--images_dir", out, opts.output_dir)
     if problem:
         raise UsageError(problem)
+    planted = next((name for name in (core.SHARDS, core.INDEX, REPORT_FILE, core.SETTINGS_FILE)
+                    if os.path.islink(os.path.join(out, name))), None)
+    if planted:
+        raise UsageError(f"--images_dir {out}: {planted} is a symbolic link, which the images stage never writes "
+                         f"through; remove it")
+    here = Path(os.path.abspath(out))
+    release = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+    if release is not None:
+        raise UsageError(f"--images_dir {out} is in the published folder {release}; the images stage needs a folder "
+                         f"of its own (default <output_dir>/images)")
+    report = os.path.join(out, REPORT_FILE)
+    if os.path.isfile(report) or os.path.abspath(out) == os.path.abspath(opts.output_dir):
+        try:
+            stage = json.loads(Path(report).read_text(encoding="utf-8")).get("stage") if os.path.isfile(report) \
+                else None
+        except (OSError, ValueError, AttributeError):
+            stage = "?"
+        if stage != STAGE:  # its report.json would replace a run's, whose tables would then be lost
+            raise UsageError(f"--images_dir {out} is a run folder (or the output folder itself); the images "
+                             f"stage needs a folder of its own (default <output_dir>/images)")
 
 
 def check_inputs(opts: HardposOptions) -> None:

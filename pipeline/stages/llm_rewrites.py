@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+from pathlib import Path
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -201,6 +202,27 @@ def _read_cache(pipeline: beam.Pipeline, cache_dir: str, table: str, label: str)
     )
 
 
+def _check_cache_path(opts: HardposOptions) -> None:
+    """A local cache folder below the output folder (the default <output_dir>/llm_cache) is no link and reached
+    through none, and no table folder in any cache folder is a link: answers are written there and read back as
+    this run's (a --cache_dir named through a link elsewhere is the user's choice, as any folder named is)."""
+    if "://" in opts.cache_dir:
+        return
+    from pipeline.io.commit import folder_path_problem
+
+    below = "://" not in opts.output_dir and \
+        Path(os.path.abspath(opts.cache_dir)).is_relative_to(os.path.abspath(opts.output_dir))
+    if below and os.path.islink(opts.cache_dir):
+        raise UsageError(f"--cache_dir {opts.cache_dir} is a symbolic link in the output folder, which hardpos never "
+                         f"writes through; remove the link or choose another --cache_dir")
+    problem = folder_path_problem("--cache_dir", opts.cache_dir, opts.output_dir) if below else None
+    linked = next((t for t in ("hard_positives", "llm_negatives") if os.path.islink(os.path.join(opts.cache_dir, t))),
+                  None)
+    if problem or linked:
+        raise UsageError(problem or f"--cache_dir {opts.cache_dir}: {linked}/ is a symbolic link, which hardpos never "
+                                    f"writes answers through; remove it")
+
+
 def check_llm_options(opts: HardposOptions, stage: str) -> None:
     """The engine, model, cache, replay file, chat format and prompt set flags, before any work."""
     from pipeline.stages.captions import check_captions
@@ -219,6 +241,7 @@ def check_llm_options(opts: HardposOptions, stage: str) -> None:
         raise UsageError(f"--model is required with --llm_engine={opts.llm_engine} (a model path or id)")
     if not opts.cache_dir:  # LLM results are kept so that a re-run asks nothing twice
         opts.cache_dir = FileSystems.join(opts.output_dir, "llm_cache")
+    _check_cache_path(opts)
     if opts.llm_engine == "openai":
         _check_server(opts)
     if opts.llm_engine == "replay":

@@ -47,6 +47,7 @@ from pipeline.publish.layout import (
     place,
     plan,
     read_manifest,
+    write_new,
 )
 from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
 
@@ -249,13 +250,18 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
         for leftover in (aside, target / PREV):  # of a publish that was cut off
             _remove_own(leftover)
         (target / PREV).mkdir()  # made now, so that the switch only renames
+        aside.mkdir()
         for src, dest, _ in files:
-            place(src, aside / dest, root, manifest["files"][dest]["sha256"], recorded_in[dest])
-        (aside / "README.md").write_bytes(card.encode("utf-8"))
-        _write_json(aside / MANIFEST, manifest)
-    except OSError as e:
+            place(src, dest, aside, root, manifest["files"][dest]["sha256"], recorded_in[dest])
+        write_new(aside, "README.md", card.encode("utf-8"))
+        with write_new(aside, MANIFEST + ".tmp") as f:  # renamed last: a NEXT with a manifest is complete
+            f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+        os.replace(aside / (MANIFEST + ".tmp"), aside / MANIFEST)
+    except (OSError, PublishError) as e:
         for leftover in (aside, target / PREV):
             _remove_own(leftover)
+        if isinstance(e, PublishError):
+            raise
         raise PublishError(f"{target}: {_why(e)} while building the new release beside the earlier one; the folder "
                            f"is left as it was, nothing was uploaded") from None
 
@@ -265,6 +271,11 @@ def finish_switch(target: Path) -> None:
     then the manifest. Only renames, so a full disk cannot stop it half way; each step is skipped once done, so a
     switch cut off (killed) is finished by the next publish. Without a complete NEXT, leftovers are removed."""
     aside, old = target / NEXT, target / PREV
+    planted = next((p for p in (aside / "data", aside / "README.md", target / "data", target / "README.md", old)
+                    if p.is_symlink()), None)
+    if planted is not None:  # publish makes none: a link renamed into place would serve files from anywhere
+        raise PublishError(f"{planted}: a symbolic link, which publish never makes nor switches in; remove it and "
+                           f"publish again")
     try:
         if _switch_pending(target):
             if (aside / "data").is_dir():

@@ -115,7 +115,7 @@ def read_report(path: Path) -> dict:
     """A local report.json, or PublishError naming it when it cannot be read or is not a report."""
     try:
         report = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past Python's limit
         raise PublishError(f"{path}: unreadable report ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
             from None
     problem = report_problem(report)
@@ -202,7 +202,7 @@ def read_manifest(folder: Path) -> dict[str, dict]:
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
         problem = _manifest_problem(files)
-    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
         problem = f"unreadable: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
     if problem:
         raise PublishError(f"{path}: not a manifest that publish wrote ({problem}); publish the tables again into "

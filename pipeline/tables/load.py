@@ -339,8 +339,15 @@ def read_rows(source, table: LocalTable, split: str | None = None):
         return datasets.Dataset.from_dict({name: [] for name in schema.names},
                                           features=datasets.Features.from_arrow_schema(schema),
                                           split=datasets.Split(table_split))
-    loaded = datasets.load_dataset("parquet", data_files={table_split: copies}, split=table_split,
-                                   cache_dir=os.path.join(folder, "cache"), fragment_scan_options=dict(VERIFY_PAGES))
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # "Generating train split" for a private cache made afresh every time
+    try:
+        loaded = datasets.load_dataset("parquet", data_files={table_split: copies}, split=table_split,
+                                       cache_dir=os.path.join(folder, "cache"),
+                                       fragment_scan_options=dict(VERIFY_PAGES))
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
     for copy in copies:  # the Dataset maps the Arrow cache, not these
         os.unlink(copy)
     return loaded

@@ -19,7 +19,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.publish.image_shards import ImageNotTheRows, open_shard_folder
-from pipeline.publish.images import MAX_PIXEL_VALUES, crop_box, leads_outside, open_bounded, open_images
+from pipeline.publish.images import (
+    MAX_PIXEL_VALUES,
+    crop_box,
+    leads_outside,
+    open_bounded,
+    open_images,
+    url_sha256,
+)
 from pipeline.urls import redacted
 
 BBOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
@@ -89,8 +96,10 @@ class ImageLookup:
         if self.shards is not None:
             if row["example_id"] not in self.shards:
                 raise ImageMissing(f"no image for {row['example_id']} in {self.root} (see its index/)")
-            indexed = self.shards.index_row(row["example_id"]).get("url")
-            if row.get("image_url") and indexed and redacted(indexed) != redacted(row["image_url"]):
+            index_row = self.shards.index_row(row["example_id"])
+            indexed, digest = index_row.get("url"), index_row.get("url_sha256")
+            if row.get("image_url") and indexed and (url_sha256(row["image_url"]) != digest if digest else
+                                                     redacted(indexed) != redacted(row["image_url"])):
                 # tables remade from a corpus whose urls changed keep their example_ids: the image fetched is
                 # another picture
                 raise ImageMissing(f"the image of {row['example_id']} in {self.root} was fetched from "
