@@ -92,7 +92,7 @@ from pipeline.stages import (
     train_negatives,
     train_set,
 )
-from pipeline.tables.folders import MANIFEST, is_published_folder, report_problem
+from pipeline.tables.folders import MANIFEST, published_folder_holding, report_problem
 
 STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
           "hard_positives": hard_positives, "train_set": train_set, "all": all_stages,
@@ -138,10 +138,9 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     if opts.stage != "publish" and "://" not in opts.output_dir:
         # a release folder holding a run too (load_table could not tell which table is meant), or a run committed
         # into a release's data/ (its shards replaced under the manifest)
-        here = Path(os.path.abspath(opts.output_dir))
-        release = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+        release = published_folder_holding(opts.output_dir)
         if release is not None:
-            where = "is" if release == here else f"is inside {release},"
+            where = "is" if release == Path(os.path.abspath(opts.output_dir)) else f"is inside {release},"
             raise UsageError(f"--output_dir={opts.output_dir} {where} a published folder (publish's {MANIFEST} or "
                              f"card); write the run into a folder of its own")
     STAGES[opts.stage].check_inputs(opts)

@@ -40,12 +40,15 @@ def copy_hashed(source, out) -> str:
     return digest.hexdigest()
 
 
-def open_folder_below(base: Path, relative: str) -> int:
+def open_folder_below(base: Path, relative: str, refused=None) -> int:
     """A descriptor of the folder base/relative, made where missing, opened one name at a time from base with no
-    link followed (O_NOFOLLOW): a link planted in a folder publish builds is refused, never written through."""
+    link followed (O_NOFOLLOW): a link planted in a folder publish builds is refused (PublishError, its message
+    `refused(path)` when given), never written through."""
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    path = Path(base)
     try:
         for part in Path(relative).parts:
+            path = path / part
             try:
                 os.mkdir(part, dir_fd=fd)
             except FileExistsError:
@@ -53,7 +56,8 @@ def open_folder_below(base: Path, relative: str) -> int:
             try:
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError:
-                raise PublishError(f"{base / relative}: {part} is not a folder publish made (a symbolic link or a "
+                raise PublishError(refused(path) if refused else
+                                   f"{base / relative}: {part} is not a folder publish made (a symbolic link or a "
                                    f"file planted there); nothing is written through it") from None
             os.close(fd)
             fd = inner

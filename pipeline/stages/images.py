@@ -23,7 +23,7 @@ from pipeline.io.commit import FolderLock, folder_path_problem
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
 from pipeline.io.report import REPORT_FILE, write_json
-from pipeline.tables.folders import is_published_folder
+from pipeline.tables.folders import published_folder_holding
 from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
@@ -93,8 +93,7 @@ def check_images_path(opts: HardposOptions) -> None:
     if planted:
         raise UsageError(f"--images_dir {out}: {planted} is a symbolic link, which the images stage never writes "
                          f"through; remove it")
-    here = Path(os.path.abspath(out))
-    release = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+    release = published_folder_holding(out)
     if release is not None:
         raise UsageError(f"--images_dir {out} is in the published folder {release}; the images stage needs a folder "
                          f"of its own (default <output_dir>/images)")

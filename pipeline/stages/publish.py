@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
 
 import yaml
@@ -44,6 +43,7 @@ from pipeline.publish.layout import (
     PublishError,
     find_reports,
     find_tables,
+    open_folder_below,
     place,
     plan,
     read_manifest,
@@ -115,27 +115,8 @@ def open_publish_folder(target: Path, output_dir: Path) -> int:
         except OSError:
             check_not_link(target)
             raise
-    fd = os.open(below[0], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    path = Path(below[0])
-    try:
-        for part in below[1]:
-            path = path / part
-            try:
-                os.mkdir(part, dir_fd=fd)
-            except FileExistsError:
-                pass
-            try:
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                if stat.S_ISLNK(os.lstat(part, dir_fd=fd).st_mode):
-                    raise PublishError(link_below_output("--publish_dir", target, path)) from None
-                raise
-            os.close(fd)
-            fd = inner
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    return open_folder_below(Path(below[0]), os.path.join(*below[1]) if below[1] else ".",
+                             lambda path: link_below_output("--publish_dir", target, path))
 
 
 def pinned(fd: int, target: Path) -> Path:

@@ -219,6 +219,12 @@ def is_published_folder(path: Path) -> bool:
         "\nconfigs:" in card.read_text(encoding="utf-8", errors="replace").split("\n---", 1)[0]
 
 
+def published_folder_holding(path) -> Path | None:
+    """The published folder that path is or lies in (a folder no stage writes into), else None."""
+    here = Path(os.path.abspath(path))
+    return next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+
+
 def _stage_of(report: dict, section: dict) -> str | None:
     # Reports from before the per-table sections named their stage were one stage's.
     return section.get("stage", report.get("stage"))
