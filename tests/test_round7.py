@@ -132,7 +132,7 @@ def test_q8_q9_new_bytes_with_the_old_mtime_give_the_new_rows_not_a_cached_copy(
     assert captions(load_table(str(folder), "order_eval")) == {"a victim"}
 
 
-@pytest.mark.parametrize("config", ["../../victim/order_eval", "order_eval/", "a/b", ".", ""])
+@pytest.mark.parametrize("config", ["../../victim/order_eval", "order_eval/", "a/b", ".", "", "order_eval\n"])
 @pytest.mark.parametrize("manifest", [True, False])
 def test_q10_a_config_that_is_not_a_plain_name_is_refused(published, config, manifest):
     if not manifest:

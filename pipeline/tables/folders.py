@@ -41,7 +41,7 @@ MANIFEST = ".hardpos-publish.json"
 # The next release, built complete beside the current one before any file of it changes; its manifest is written
 # last, so a NEXT holding one is ready to switch in (stages/publish.py).
 NEXT = ".hardpos-next"
-CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: "train\n" is no config name
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -8,10 +8,11 @@ training machine installs no Beam: pip install -e '.[train]').
     train = load_table("out/sample", "replace_eval")    # a run folder (report.json + Parquet tables)
 
 A local table is checked against the sha256 its manifest or report recorded, and only those shards are read: each
-opened once, no link followed below the folder named (O_NOFOLLOW at every level), its bytes hashed and compared
-with the recorded sha256, and the rows built from those same bytes with every page's checksum checked. So a shard
-or folder swapped, rewritten or linked after the check is refused, never read, and no cache can give rows other
-than the checked bytes' (a published folder's card, checked against its manifest too, never says what is read); from the Hub, `datasets` checks every Parquet page's checksum (the card asks it to,
+opened once, no link followed below the folder named (O_NOFOLLOW at every level), copied to a private file as its
+bytes are hashed and compared with the recorded sha256, and the rows built from that copy with every page's
+checksum checked. So a shard or folder swapped, rewritten or linked after the check is refused, never read, and no
+shared cache can give rows other than the checked bytes' (a published folder's card, checked against its manifest
+too, never says what is read); from the Hub, `datasets` checks every Parquet page's checksum (the card asks it to,
 pipeline/publish/card.py). A table with no rows comes back as an empty Dataset with its columns, which
 `datasets.load_dataset` cannot give (its reader finds no data to read for a split of 0 rows).
 """
@@ -121,7 +122,8 @@ class LocalTable:
     """A table of a local run folder or published folder (`root`, as named): its shards (checked against what
     `recorded_in` recorded, their sha256 too unless read with verify=False) and the sha256 recorded for each;
     `sha256` is None for a published folder with no manifest (a download of the Hub repository), which records
-    nothing. `read()` gives its rows from bytes checked against those sha256s as they are read."""
+    nothing. `refs()` names each shard with its sha256 for read_shard and checked_copy, which check the bytes as
+    they read them."""
     config: str
     shards: tuple[Path, ...]
     sha256: dict[Path, str] | None
