@@ -156,3 +156,31 @@ def test_t35_the_images_folder_is_never_in_a_published_folder(out):
     for images_dir in (out / "hub", out / "hub" / "images"):
         with pytest.raises(UsageError, match="is in the published folder"):
             check_images_path(Namespace(output_dir=str(out), images_dir=str(images_dir)))
+
+
+def test_round10_a_published_folder_named_through_an_alias_is_still_one(out, tmp_path, capsys):
+    """probe10 U20, U21, U23: a link to a release's data/ named as --output_dir or --images_dir."""
+    from pipeline.tables.folders import published_folder_holding
+
+    assert main(["--stage=publish", f"--output_dir={out}"]) == 0
+    (tmp_path / "alias").symlink_to(out / "hub" / "data")
+    assert published_folder_holding(tmp_path / "alias" / "run") == (out / "hub").resolve()
+    assert main(["--stage=order_eval", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path / 'alias'}",
+                 "--progress_seconds=0"]) == 2
+    assert "a published folder" in capsys.readouterr().err
+
+
+def test_round10_no_dotdot_in_the_finetune_table(out):
+    """probe10 U15, U18: <hub>/data/train/../train read as a user's own folder, unchecked."""
+    from pipeline.train import replace_views
+
+    with pytest.raises(PublishError, match="without '..'"):
+        replace_views.train_table(str(out / "run" / ".." / "run"))
+
+
+def test_round10_a_captions_url_is_redacted_in_its_error(tmp_path, capsys):
+    """probe10 U30: --captions with a password and a token printed whole."""
+    assert main(["--stage=train_negatives", "--captions=https://u:PASSPROBE@127.0.0.1:9/x.jsonl?token=QTOKPROBE",
+                 f"--output_dir={tmp_path / 'o'}", "--progress_seconds=0"]) == 2
+    err = capsys.readouterr().err
+    assert "PASSPROBE" not in err and "QTOKPROBE" not in err

@@ -50,6 +50,7 @@ from pipeline.sources.files import (
     reject_letter,
     repeated_name,
 )
+from pipeline.urls import redact_urls
 
 SOURCE = "captions"
 FORMATS = ("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv")
@@ -163,12 +164,12 @@ def _list_files(opts) -> list[InputFile]:
             # --coco_captions names one file: taken as written, never as a pattern (coco[1].json is not coco1.json)
             matched = _literal(pattern) if not opts.captions else FileSystems.match([pattern])[0].metadata_list
         except Exception as e:  # FileSystems wraps local and remote errors alike
-            raise UsageError(f"{flag}: cannot list {pattern} ({str(e).splitlines()[0] if str(e) else e})") \
+            raise UsageError(redact_urls(f"{flag}: cannot list {pattern} ({str(e).splitlines()[0] if str(e) else e})"))\
                 from None
         files = [m for m in matched if not m.path.endswith("/")]
         if not files:
-            raise UsageError(f"{flag}: no file matches {pattern}" if opts.captions else
-                             f"{pattern}: no such file")
+            raise UsageError(redact_urls(f"{flag}: no file matches {pattern}" if opts.captions else
+                                         f"{pattern}: no such file"))
         for m in files:
             found.setdefault(m.path, (m.size_in_bytes, getattr(m, "last_updated_in_seconds", 0.0) or 0.0))
     spellings: dict[tuple, list[str]] = {}  # a file by its identity: the paths that name it

@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import os
-from pathlib import Path
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -208,10 +207,9 @@ def _check_cache_path(opts: HardposOptions) -> None:
     this run's (a --cache_dir named through a link elsewhere is the user's choice, as any folder named is)."""
     if "://" in opts.cache_dir:
         return
-    from pipeline.io.commit import folder_path_problem
+    from pipeline.io.commit import below_output, folder_path_problem
 
-    below = "://" not in opts.output_dir and \
-        Path(os.path.abspath(opts.cache_dir)).is_relative_to(os.path.abspath(opts.output_dir))
+    below = "://" not in opts.output_dir and below_output(opts.cache_dir, opts.output_dir) is not None
     if below and os.path.islink(opts.cache_dir):
         raise UsageError(f"--cache_dir {opts.cache_dir} is a symbolic link in the output folder, which hardpos never "
                          f"writes through; remove the link or choose another --cache_dir")

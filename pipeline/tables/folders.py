@@ -221,8 +221,11 @@ def is_published_folder(path: Path) -> bool:
 
 def published_folder_holding(path) -> Path | None:
     """The published folder that path is or lies in (a folder no stage writes into), else None."""
-    here = Path(os.path.abspath(path))
-    return next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+    for here in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):  # as named, and real
+        found = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _stage_of(report: dict, section: dict) -> str | None:

@@ -96,6 +96,8 @@ def train_table(location: str, verify: bool = True):
     from pipeline.tables.load import ShardRef, check_recorded_shard, local_table, table_folder_of
 
     path = Path(location)
+    if ".." in path.parts:  # <hub>/data/train/../train would read as a user's own folder, its shards unchecked
+        raise PublishError(f"{location}: name the train table without '..'")
     if path.is_dir():
         table = local_table(path, "train", verify)
         if table is None:
