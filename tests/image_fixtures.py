@@ -105,6 +105,12 @@ def schema_row(schema_name: str, **values) -> dict:
     return row
 
 
+def order_rows(n: int, word: str = "dog") -> list[dict]:
+    """n order_eval rows, captions "a <word> number <i>": a small table for the publish and reader tests."""
+    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
+            for i in range(n)]
+
+
 def write_table(output_dir: Path, folder: str, schema_name: str, rows: list[dict]) -> None:
     """<output_dir>/<folder>/<split>-00000-of-00001.parquet, recorded in output_dir's report.json, as the stages
     write it."""

@@ -22,13 +22,8 @@ from pipeline.run import main
 from pipeline.tables.folders import PublishError, find_tables
 from pipeline.tables.load import load_table
 from tests.conftest import REPO
-from tests.image_fixtures import schema_row
+from tests.image_fixtures import order_rows, schema_row
 from tests.local_http import LocalHTTPServer
-
-
-def order_rows(n: int, word: str = "dog") -> list[dict]:
-    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
-            for i in range(n)]
 
 
 @pytest.fixture

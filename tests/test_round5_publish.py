@@ -16,12 +16,7 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import PublishError
 from pipeline.tables.load import load_table
-from tests.image_fixtures import schema_row
-
-
-def order_rows(n: int, word: str) -> list[dict]:
-    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
-            for i in range(n)]
+from tests.image_fixtures import order_rows, schema_row
 
 
 def error_lines(capsys) -> list[str]:

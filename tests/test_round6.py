@@ -15,14 +15,9 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import MANIFEST, PublishError
 from pipeline.tables.load import load_table
-from tests.image_fixtures import schema_row
+from tests.image_fixtures import order_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def order_rows(n: int, word: str) -> list[dict]:
-    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
-            for i in range(n)]
 
 
 def error_lines(capsys) -> list[str]:

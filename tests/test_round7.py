@@ -17,15 +17,10 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import MANIFEST, REPORT_FILE, PublishError
 from pipeline.tables.load import load_table
-from tests.image_fixtures import schema_row
+from tests.image_fixtures import order_rows, schema_row
 
 SHARD = "data/order_eval/test-00000-of-00001.parquet"
 RUN_SHARD = "order_eval/test-00000-of-00001.parquet"
-
-
-def order_rows(n: int, word: str) -> list[dict]:
-    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
-            for i in range(n)]
 
 
 def captions(table) -> set[str]:

@@ -20,16 +20,11 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import PublishError
 from pipeline.tables.load import load_table
-from tests.image_fixtures import schema_row
+from tests.image_fixtures import order_rows, schema_row
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CAPTIONS = ROOT / "samples" / "coco" / "captions_sample.json"
 REPLAY = ROOT / "samples" / "coco" / "hard_positives_replay.jsonl"
-
-
-def order_rows(n: int, word: str) -> list[dict]:
-    return [schema_row("order_eval", example_id=f"{i:016x}", caption_id=i, caption=f"a {word} number {i}")
-            for i in range(n)]
 
 
 def train_rows(n: int, positive: str = "a dog seated on a bench") -> list[dict]:

@@ -23,11 +23,10 @@ from pipeline.io.commit import FolderLock, folder_path_problem
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
 from pipeline.io.report import REPORT_FILE, write_json
-from pipeline.tables.folders import published_folder_holding
 from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
-from pipeline.tables.folders import PublishError
+from pipeline.tables.folders import PublishError, link_target, published_folder_holding
 from pipeline.urls import redacted
 
 STAGE = "images"
@@ -83,7 +82,7 @@ def check_images_path(opts: HardposOptions) -> None:
     shards, an index and a report there (UsageError, one line, before anything is written)."""
     out = images_dir(opts)
     if os.path.islink(out):
-        raise UsageError(f"--images_dir {out} is a symbolic link (to {os.readlink(out)}), which the images stage "
+        raise UsageError(f"--images_dir {out} is a symbolic link (to {link_target(out)}), which the images stage "
                          f"never writes through; remove the link or choose another --images_dir")
     problem = folder_path_problem("--images_dir", out, opts.output_dir)
     if problem:

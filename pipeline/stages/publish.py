@@ -8,11 +8,11 @@
 Every check comes first, before anything is written or sent: each table's counts balance, its shards have the
 row counts and sha256 its report recorded and the columns of schemas/<config>.json, no folder holds a run with
 no report (unless --allow_partial), the card's YAML parses, and with --hub_repo the Hub login works. Each run
-folder read is held under its lock (pipeline/io/commit.py) from those checks until the release is in place, so the
-shards checked are the ones linked: a stage into one of them is refused meanwhile. The folder
-is written only when it is empty or holds nothing but what an earlier publish's valid manifest lists (no other
-file, folder or symbolic link). The new release is built complete beside the old one (.hardpos-next: copies of
-the run's shards, each the bytes its report's sha256 names, read through no link), then switched in by renames, which need no disk space: a full
+folder read is held under its lock (pipeline/io/commit.py) from those checks until the release is in place: a
+stage into one of them is refused meanwhile. The folder is written only when it is empty or holds nothing but what
+an earlier publish's valid manifest lists (no other file, folder or symbolic link). The new release is built
+complete beside the old one (.hardpos-next: copies of the run's shards, each the bytes its report's sha256 names,
+read through no link), then switched in by renames, which need no disk space: a full
 disk leaves the earlier release as it was, and a switch cut off is finished by the next publish. It is what the
 Hub serves: `datasets.load_dataset(<publish_dir>, <config>)` resolves it exactly as it resolves the repo. Then,
 with --hub_repo and without --dry_run, it is uploaded. --dry_run prints the plan and the card and sends nothing.
@@ -50,6 +50,7 @@ from pipeline.publish.layout import (
     write_new,
 )
 from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
+from pipeline.tables.folders import link_target
 
 STAGE = "publish"
 PLACEHOLDER_REPO = "ORG/NAME"
@@ -83,12 +84,8 @@ def check_not_link(target: Path) -> None:
     """The publish folder itself is no symbolic link: publish would write the whole release through it, to a
     folder anywhere (PublishError, one line, before anything is written)."""
     if os.path.islink(target):
-        try:
-            to = os.readlink(target)
-        except OSError:
-            to = "?"
-        raise PublishError(f"--publish_dir {target} is a symbolic link (to {to}), which publish never follows or "
-                           f"writes through; remove the link or choose another --publish_dir")
+        raise PublishError(f"--publish_dir {target} is a symbolic link (to {link_target(target)}), which publish never "
+                           f"follows or writes through; remove the link or choose another --publish_dir")
 
 
 def check_publish_path(target: Path, output_dir: Path) -> None:

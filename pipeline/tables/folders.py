@@ -124,15 +124,19 @@ def read_report(path: Path) -> dict:
     return report
 
 
+def link_target(path) -> str:
+    """Where a link points, for a message ("?" when it is gone or unreadable by now: never an error of its own)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
 def link_error(path, what: str = "a symbolic link") -> PublishError:
     """The refusal of a link where a run folder, a table folder, a shard or a report must be: hardpos reads no table
     through a link and publishes none (one planted there would name files anywhere)."""
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = "?"
-    return PublishError(f"{path}: {what} (to {target}), which hardpos never reads a table through or publishes; put "
-                        f"the file itself there, or run the stage again")
+    return PublishError(f"{path}: {what} (to {link_target(path)}), which hardpos never reads a table through or "
+                        f"publishes; put the file itself there, or run the stage again")
 
 
 def _is_link(path) -> bool:
