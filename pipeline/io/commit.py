@@ -382,8 +382,8 @@ def _swap_table_folder(staging: str, target: str, table: str, files: list[str]) 
             if os.path.lexists(old):
                 os.rename(old, aside)
             os.rename(new, old)  # the table is all old or all new, at every moment
-        for path in _files(aside):  # files in the folder that no run wrote (not shards) stay the user's
-            if not SHARD_NAME.match(os.path.basename(path)):
+        for path in _files(aside):  # files in the folder that no run wrote (not its top-level shards) stay the user's
+            if "/" in _relative(path, aside) or not SHARD_NAME.match(os.path.basename(path)):
                 _move(path, os.path.join(old, _relative(path, aside)))
         return
     staged = [name for name in files if name.startswith(table + "/")]

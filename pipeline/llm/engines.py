@@ -222,6 +222,7 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
     that is not UTF-8 or not such an object, a caption or text holding a lone surrogate (a JSON \\ud800 escape:
     Beam's coder cannot encode it), and two different answers to one prompt (which would make the output depend on
     file order). Streamed: a full-size file is a few hundred MB."""
+    from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
@@ -233,6 +234,8 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
         raise ReplayError(f"{path}: {problem}")
     seen = _AnswerDigests()
     with FileSystems.open(path) as f:
+        if CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
+            f = _Expanding(f, path, FileSystems.match([path])[0].metadata_list[0].size_in_bytes)
         for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):
             if isinstance(raw, LongLine):
                 raise ReplayError(f"{path}:{number}: a line of {raw.size:,} bytes, longer than --max_record_bytes="
@@ -268,6 +271,27 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
         number, earlier = clash
         raise ReplayError(f"{path}:{number}: a second, different answer for the same prompt (the first is on line "
                           f"{earlier})")
+
+
+EXPANSION_LIMIT = 64  # a compressed replay file expands at most this many times (JSONL answers: 5-10 times)
+EXPANSION_FLOOR = 64 << 20
+
+
+class _Expanding:
+    """A compressed replay file's reader that stops (ReplayError) past EXPANSION_LIMIT times its size on disk (at
+    least EXPANSION_FLOOR bytes): a compression bomb is refused after a bounded read, not streamed for hours."""
+
+    def __init__(self, f, path: str, size: int):
+        self.f, self.path, self.read_so_far = f, path, 0
+        self.limit = max(EXPANSION_LIMIT * size, EXPANSION_FLOOR)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.read_so_far += len(data)
+        if self.read_so_far > self.limit:
+            raise ReplayError(f"{self.path}: expands to more than {self.limit:,} bytes ({EXPANSION_LIMIT} times its "
+                              f"size, at least {EXPANSION_FLOOR:,}): a compression bomb, or decompress it first")
+        return data
 
 
 class _AnswerDigests:

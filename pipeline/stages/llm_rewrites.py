@@ -208,6 +208,12 @@ def _check_cache_path(opts: HardposOptions) -> None:
     if "://" in opts.cache_dir:
         return
     from pipeline.io.commit import below_output, folder_path_problem
+    from pipeline.tables.folders import MANIFEST, published_folder_holding
+
+    release = published_folder_holding(opts.cache_dir)
+    if release is not None:  # answers written into a release would sit under its manifest, or be uploaded
+        raise UsageError(f"--cache_dir {opts.cache_dir} is in {release}, a published folder (publish's {MANIFEST} "
+                         f"or card), which no stage writes into; choose another --cache_dir")
 
     below = "://" not in opts.output_dir and below_output(opts.cache_dir, opts.output_dir) is not None
     if below and os.path.islink(opts.cache_dir):

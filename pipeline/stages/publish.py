@@ -65,14 +65,15 @@ def publish_dir(opts: HardposOptions) -> Path:
     return Path(opts.publish_dir) if opts.publish_dir else Path(opts.output_dir) / "hub"
 
 
-def _entries(target: Path) -> list[tuple[str, os.DirEntry]]:
-    """Every entry under target (relative path, entry), links not followed, but publish's own at the top."""
+def _entries(target: Path, skip_own: bool = True) -> list[tuple[str, os.DirEntry]]:
+    """Every entry under target (relative path, entry), links not followed, but publish's own at the top (unless
+    skip_own is False)."""
     found, folders = [], [target]
     while folders:
         folder = folders.pop()
         with os.scandir(folder) as entries:
             for entry in entries:
-                if folder == target and entry.name.startswith(OWN_PREFIX):
+                if skip_own and folder == target and entry.name.startswith(OWN_PREFIX):
                     continue
                 found.append((Path(entry.path).relative_to(target).as_posix(), entry))
                 if entry.is_dir(follow_symlinks=False):
@@ -96,6 +97,24 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     problem = folder_path_problem("--publish_dir", target, output_dir)
     if problem:
         raise PublishError(problem)
+    table = run_table_folder(target)
+    if table is not None:
+        where = "is" if table == Path(os.path.abspath(target)) else f"is inside {table},"
+        raise PublishError(f"--publish_dir {target} {where} a table folder of the run in {table.parent}: "
+                           f"the run's next commit replaces that folder whole; publish into a folder of its own")
+
+
+def run_table_folder(target: Path) -> Path | None:
+    """The folder of a run's table (or its dead letters) that target is or lies in, as named or really: a folder
+    that a stage's commit swaps whole. None when there is none."""
+    from pipeline.resources import resource_dir
+
+    names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED}
+    for here in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
+        for folder in (here, *here.parents):
+            if folder.parent != folder and folder.name in names and (folder.parent / REPORT_FILE).is_file():
+                return folder
+    return None
 
 
 def open_publish_folder(target: Path, output_dir: Path) -> int:
@@ -228,7 +247,7 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
         for leftover in (aside, target / PREV):  # of a publish that was cut off
             _remove_own(leftover)
         (target / PREV).mkdir()  # made now, so that the switch only renames
-        aside.mkdir()
+        aside.mkdir(mode=0o700)  # no other user plants in it; a racer as this user: _check_switched
         for src, dest, _ in files:
             place(src, dest, aside, root, manifest["files"][dest]["sha256"], recorded_in[dest])
         write_new(aside, "README.md", card.encode("utf-8"))
@@ -244,7 +263,7 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
                            f"is left as it was, nothing was uploaded") from None
 
 
-def finish_switch(target: Path) -> None:
+def finish_switch(target: Path, manifest: dict | None = None) -> None:
     """Switches a release built complete in target/NEXT into place: data/ swapped by two renames, then the card,
     then the manifest. Only renames, so a full disk cannot stop it half way; each step is skipped once done, so a
     switch cut off (killed) is finished by the next publish. Without a complete NEXT, leftovers are removed."""
@@ -271,6 +290,25 @@ def finish_switch(target: Path) -> None:
     except OSError as e:
         raise PublishError(f"{target}: switching to the new release stopped ({_why(e)}); run publish again to "
                            f"finish it") from None
+    _check_switched(target, manifest)
+
+
+def _check_switched(target: Path, manifest: dict | None) -> None:
+    """After the renames: nothing switched in is a link. A link planted in NEXT between the check above and a rename
+    (a racer in the publish folder) is renamed along, so each entry switched in is looked at again, links not
+    followed; one found is removed (never followed, never uploaded) and the publish stops (PublishError). The
+    manifest, when it was the link, is written again from `manifest`, so that the next publish knows its files."""
+    switched = [target / MANIFEST, target / "README.md", target / "data"]
+    if (target / "data").is_dir() and not (target / "data").is_symlink():
+        switched += [Path(entry.path) for _, entry in _entries(target / "data", skip_own=False)]
+    planted = [path for path in switched if path.is_symlink()]
+    for path in planted:
+        path.unlink()
+    if target / MANIFEST in planted and manifest is not None:
+        _write_json(target / MANIFEST, manifest)
+    if planted:
+        raise PublishError(f"{planted[0]}: a symbolic link was switched into the release (planted in "
+                           f"{NEXT} while publish ran); it was removed, nothing was uploaded; publish again")
 
 
 def _into(where: Path, opts: HardposOptions, dry_run: bool, api, files: list, card: str, report: dict,
@@ -282,7 +320,7 @@ def _into(where: Path, opts: HardposOptions, dry_run: bool, api, files: list, ca
         finish_switch(where)    # one that a killed publish left
         _build_aside(where, files, card, report, Path(opts.output_dir),
                      {dest: t.run_dir / REPORT_FILE for t in found for dest in t.hub_paths()})
-        finish_switch(where)
+        finish_switch(where, report)
         print(f"publish plan: {len(files)} files, {len(found)} configs -> {target}"
               + (f" -> https://huggingface.co/datasets/{opts.hub_repo}" if opts.hub_repo else ""))
         for src, dest, rows in files:
