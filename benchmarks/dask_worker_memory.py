@@ -95,7 +95,10 @@ def _probe(dask_worker):
     kinds = {str(k)[:60]: (type(fast[k]).__name__ if k in fast else "?", nbytes(k),
                            [type(v).__name__ for v in fast[k][:2]] if isinstance(fast.get(k), list) else [])
              for k in list(fast)}
+    running = sorted(str(t.key[0] if isinstance(t.key, tuple) else t.key).rsplit("-", 1)[0]
+                     for t in list(getattr(dask_worker.state, "executing", ())))
     return {"pid": os.getpid(), "rss": psutil.Process().memory_info().rss, "status": str(dask_worker.status),
+            "running": running,
             "keys": dict(sorted(kinds.items(), key=lambda kv: -kv[1][1])[:6]),
             "managed_in_memory": in_memory - side_managed, "managed_spilled": spilled, "side_inputs": sides}
 
@@ -127,6 +130,15 @@ class WorkerSampler(threading.Thread):
                 if sample["pid"] not in w["pids"]:
                     w["pids"].append(sample["pid"])
                 w["samples"] += 1
+                # the RSS a worker gained since its last sample, put down to the steps running now: what drives
+                # its growth (RSS rarely shrinks, so the peak's own moment says less)
+                last = w.get("last")
+                if last is not None and last["pid"] == sample["pid"] and sample["rss"] > last["rss"]:
+                    for step in set(sample.get("running", [])) or {"(between tasks)"}:
+                        gained = w.setdefault("gained_by_step", {})
+                        gained[step] = gained.get(step, 0) + (sample["rss"] - last["rss"]) / max(
+                            1, len(set(sample.get("running", []))))
+                w["last"] = {"pid": sample["pid"], "rss": sample["rss"]}
                 w["paused_samples"] += "paused" in sample["status"].lower()
                 if w["peak"] is None or sample["rss"] > w["peak"]["rss"]:
                     w["peak"] = sample
@@ -144,7 +156,7 @@ def breakdown(peak: dict, fixed: list[tuple[str, float]]) -> dict:
     parts["side inputs held (pickled)"] = round(side, 1)
     parts["other Dask managed memory"] = round(managed, 1)
     parts["the rest"] = round(peak["rss"] / MB - sum(mb for _, mb in fixed) - side - managed, 1)
-    return {"peak_rss_mb": round(peak["rss"] / MB, 1), "parts": parts,
+    return {"peak_rss_mb": round(peak["rss"] / MB, 1), "parts": parts, "running_at_peak": peak.get("running", []),
             "side_inputs": {k: [kind, round(size / MB, 2)] for k, (kind, size) in peak["side_inputs"].items()},
             "managed_spilled_mb": round(peak["managed_spilled"] / MB, 1)}
 
@@ -178,6 +190,8 @@ def run(ns) -> dict:
               "largest_side_input_mb": {k: round(v / MB, 2) for k, v in
                                         sorted(sampler.largest_side.items(), key=lambda kv: -kv[1])[:8]},
               "per_worker": {name: {**breakdown(w["peak"], fixed), "restarts": len(w["pids"]) - 1,
+                                    "gained_mb_by_step": {k: round(v / MB, 1) for k, v in sorted(
+                                        w.get("gained_by_step", {}).items(), key=lambda kv: -kv[1])[:8]},
                                     "paused_seconds": w["paused_samples"], "samples": w["samples"]}
                              for name, w in sorted(sampler.workers.items()) if w["peak"]}}
     if code == 0:
@@ -208,6 +222,9 @@ def main(argv=None) -> int:
               f"of {w['samples']} s; spilled by Dask at the peak {w['managed_spilled_mb']:,} MB")
         for part, mb in w["parts"].items():
             print(f"    {part:<40} {mb:>9,.1f} MB")
+        print(f"    running at the peak: {', '.join(w['running_at_peak']) or '(between tasks)'}")
+        print("    RSS gained while each step ran (MB): " + ", ".join(
+            f"{step} {mb:,.0f}" for step, mb in w["gained_mb_by_step"].items()))
     if "tables_balanced" in result:
         print(f"tables balanced: {result['tables_balanced']}; train = captions with both: "
               f"{result['train_is_the_intersection']}")

@@ -80,3 +80,30 @@ def lock_local(folder: str, holder: dict, flag: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(holder).encode("utf-8"), 0)
     return fd
+
+
+def planted_link(flag: str, folder: str, names) -> str | None:
+    """Why hardpos will not write into `folder`: one of the entries it writes there (relative names) is a symbolic
+    link, which it did not make and never writes through (a link planted at log.jsonl or checkpoints/ would have the
+    run overwrite or delete files anywhere). None when there is none."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path):
+            return (f"{flag}={folder}: {name} is a symbolic link (to {os.readlink(path)}), which hardpos did not make "
+                    f"and never writes through; remove it")
+    return None
+
+
+def write_own(path, data: bytes) -> None:
+    """A file of hardpos's own output folder written whole: beside it first (O_EXCL|O_NOFOLLOW), then renamed over
+    it, so a link at its name is replaced, never written through."""
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise

@@ -81,7 +81,7 @@ from pipeline.options import (
 )
 from pipeline.provenance import build_info
 from pipeline.sources import corpus, vl_checklist
-from pipeline.sources.files import INPUT_PROBLEM, InputFileError, input_record
+from pipeline.sources.files import INPUT_PROBLEM, InputFileError, input_record, new_launch
 from pipeline.stages import (
     all_stages,
     eval_sets,
@@ -105,6 +105,7 @@ INPUT_PROBLEMS = "input_problems"  # report.json: inputs that were not what the 
 def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     """Options for a run, or UsageError / InputFileError naming the first bad flag or path."""
     argv = normalise_argv(argv)
+    new_launch()  # the replay file's sha256 is pinned anew for this launch
     undecodable = next((a for a in argv if any("\ud800" <= c <= "\udfff" for c in a)), None)
     if undecodable is not None:  # Beam encodes every option as UTF-8 for its workers: a traceback otherwise
         shown = undecodable.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -306,13 +307,14 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
                 remove_staging(staging)
             if not isinstance(e, Exception):
                 raise
-            problem = file_system_error(e)
+            changed = input_changed(e)
+            problem = changed or file_system_error(e)
             if problem is None or SIGNALS.received:
                 raise
             cut_short = staging is not None and committing(staging)
             left = (f"the commit was cut short: the next run into {target} finishes it" if cut_short
                     else f"nothing was written to {target}, its earlier contents stay")
-            raise RunFailed(f"{problem}; {left}") from None
+            raise RunFailed(f"{problem}; {left}", code=2 if changed else 1) from None
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
 
@@ -494,6 +496,21 @@ _FILE_SYSTEM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, err
 _ERRNO_IN_TEXT = re.compile(r"\[Errno (\d+)\] ([^\n]*)")
 
 
+def input_changed(exc: BaseException | None) -> str | None:
+    """The line of a worker's error saying an input file changed since the launcher read it (the replay file:
+    llm/engines.REPLAY_CHANGED), however Beam wrapped it; None when exc is no such error."""
+    from pipeline.llm.engines import REPLAY_CHANGED
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        line = next((text for text in str(exc).splitlines() if REPLAY_CHANGED in text), None)
+        if line is not None:
+            return line.split(" [while running")[0].split("ReplayError: ")[-1].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def file_system_error(exc: BaseException | None) -> str | None:
     """One line naming the file-system error that exc is or was caused by, or None when it is none of those."""
     seen = set()
@@ -586,9 +603,10 @@ def _print_result(report: dict, opts: HardposOptions, started: float) -> int:
 
 
 def _quiet_when_said(record: logging.LogRecord) -> bool:
-    """Beam logs a DoFn's exception with its traceback before raising it: after a signal, or for a file-system
-    error, main's one line says it all."""
-    return not SIGNALS.received and not (record.exc_info and file_system_error(record.exc_info[1]))
+    """Beam logs a DoFn's exception with its traceback before raising it: after a signal, for a file-system error
+    or an input changed mid-run, main's one line says it all."""
+    return not SIGNALS.received and not (record.exc_info and (file_system_error(record.exc_info[1])
+                                                               or input_changed(record.exc_info[1])))
 
 
 if __name__ == "__main__":

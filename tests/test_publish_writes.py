@@ -309,7 +309,7 @@ def test_n28_a_stage_cannot_commit_into_a_run_folder_while_publish_links_its_sha
         if not meanwhile:
             meanwhile.append(main(["--stage=order_eval", f"--coco_captions={CAPTIONS}", f"--output_dir={one / 'order'}",
                                    "--seed=1", "--progress_seconds=0"]))
-        real_place(src, dest, *checked)
+        return real_place(src, dest, *checked)
 
     monkeypatch.setattr(pipeline.stages.publish, "place", place_after_a_commit)
     assert main(publish(one, tmp_path / "hub")) == 0

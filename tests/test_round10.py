@@ -56,7 +56,7 @@ def test_u1_u3_a_link_planted_after_the_switch_check_is_removed_not_served(plant
 
     monkeypatch.setattr(publish_stage, "_switch_pending", plant_once)
     assert main(["--stage=publish", f"--output_dir={out}"]) == 2
-    assert done and "a symbolic link was switched into the release" in capsys.readouterr().err
+    assert done and "not the file publish wrote" in capsys.readouterr().err
     hub = out / "hub"
     assert not any(p.is_symlink() for p in hub.rglob("*")) and not any(p.is_symlink() for p in hub.iterdir())
     assert (victim / "keep.txt").read_text() == "KEEP"
@@ -68,7 +68,7 @@ def test_u1_u3_a_link_planted_after_the_switch_check_is_removed_not_served(plant
 @pytest.mark.parametrize("inside", ["run/order_eval/pub", "run/rejected/pub", "run/order_eval"])
 def test_u6_a_publish_folder_inside_a_runs_table_folder_is_refused(inside, out, capsys):
     assert main(["--stage=publish", f"--output_dir={out}", f"--publish_dir={out / inside}"]) == 2
-    assert "a table folder of the run" in capsys.readouterr().err
+    assert "a folder that the stages of the run" in capsys.readouterr().err
     assert not (out / inside / MANIFEST).exists()
 
 

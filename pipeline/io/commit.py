@@ -370,6 +370,17 @@ def refuse_links(target: str, tables) -> None:
             raise UsageError(f"--output_dir={target}: {name} is a symbolic link (to {os.readlink(path)}); hardpos "
                              f"writes tables only into folders of its own, never through a link: remove the link "
                              f"or choose another --output_dir")
+    # What a commit places must be of the kind it places, or missing: a user's file where a table folder goes would be
+    # moved aside and deleted; a folder where report.md goes would stop the commit half way, at every run.
+    kinds = [(name, True) for name in (*tables, REJECTED, DISCARDED)] + \
+            [(name, False) for name in (REPORT_FILE, REPORT_MD, *(f"{t}_samples.md" for t in tables))]
+    for name, folder in kinds:
+        path = os.path.join(target, name)
+        if os.path.lexists(path) and (os.path.isdir(path) != folder or not (folder or os.path.isfile(path))):
+            found = "a folder" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "not a regular file"
+            raise UsageError(f"--output_dir={target}: {name} is {found}, where a run writes its "
+                             f"{'table folder' if folder else 'file'} {name}; move it away or choose another "
+                             f"--output_dir")
 
 
 # ---------------------------------------------------------------------------------------------- commit

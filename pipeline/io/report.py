@@ -110,12 +110,32 @@ def write_json(path: str, obj) -> None:
 def read_json(path: str):
     """A JSON file; ValueError when it is not JSON, or nests past Python's recursion limit (a report of 100,000
     nested lists is refused as any other bad report, never a traceback)."""
-    with FileSystems.open(path) as f:
-        data = f.read()
+    if "://" in path:
+        with FileSystems.open(path) as f:
+            data = f.read()
+    else:
+        data = read_own_file(path)
     try:
         return json.loads(data.decode("utf-8"))
     except RecursionError:
         raise ValueError(f"{path}: nested too deeply to be a report") from None
+
+
+def read_own_file(path: str) -> bytes:
+    """A local file of hardpos's own folders (a report, a commit record), opened without blocking and read only when
+    it is a regular file: a FIFO planted there would hang the open or the read, a folder would be a traceback.
+    ValueError (one line) for anything else; OSError as open raises it (a missing file)."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ValueError(f"{path}: {kind}, not a file hardpos wrote")
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def format_summary(report: dict) -> str:

@@ -45,6 +45,9 @@ def write_entries(cache_dir: str, entries: list[dict], table: str = DEFAULT_TABL
     return final
 
 
+MAX_LINE_BYTES = 64 << 20  # an entry holds a few attempts of at most --llm_max_reply_bytes each
+
+
 def lines(data: bytes) -> list[str]:
     """The lines of a cache file; one that is not UTF-8 (a damaged file) comes back empty, a miss like any other
     damaged line."""
@@ -57,12 +60,61 @@ def lines(data: bytes) -> list[str]:
     return out
 
 
+def file_lines(readable):
+    """The lines of a matched cache file (fileio.ReadableFile), streamed: a line past MAX_LINE_BYTES is measured in
+    pieces, never held, and comes back empty (a miss, as any damaged line); a local path that is not a regular file
+    (a FIFO would block the open forever, a device never end) has no lines."""
+    from pipeline.sources.files import LongLine, regular_file_problem, stream_lines
+
+    if regular_file_problem(readable.metadata.path):
+        return
+    with readable.open(compression_type="uncompressed") as f:
+        for raw in stream_lines(f, MAX_LINE_BYTES):
+            if not isinstance(raw, LongLine):
+                yield from lines(raw)
+
+
 def parse_line(line: str) -> tuple[str, dict] | None:
+    """(key, entry) of a cache line, or None for a damaged line: a cache miss, never an error."""
     try:
         entry = json.loads(line)
-        return entry["key"], entry
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return None  # a damaged line is a cache miss, never an error
+    except (ValueError, RecursionError):
+        return None
+    return (entry["key"], entry) if valid_entry(entry) else None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def valid_entry(entry) -> bool:
+    """An entry of the shape write_entries writes (generate.answer_batch): a key, at least one attempt, each with its
+    text and a finish reason other than an error, its sampling and token count of the right types, and `accepted`
+    None or one of the attempts. Any other line is damaged: a line that parses but has no attempts, or an attempt
+    with no finish reason, would otherwise be taken for an answer (or stop the run in a traceback)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+        return False
+    attempts = entry.get("attempts")
+    if not isinstance(attempts, list) or not attempts:
+        return False
+    for attempt in attempts:
+        if not isinstance(attempt, dict) or not isinstance(attempt.get("text"), str) \
+                or not isinstance(attempt.get("finish_reason"), str) or attempt["finish_reason"] == "error":
+            return False
+        if "output_tokens" in attempt and not _is_int(attempt["output_tokens"]):
+            return False
+        sampling = attempt.get("sampling", {})
+        if not isinstance(sampling, dict) or not all(
+                check(sampling[name]) for name, check in (("max_new_tokens", _is_int), ("temperature", _is_number),
+                                                          ("top_p", _is_number)) if name in sampling) \
+                or not (sampling.get("seed") is None or _is_int(sampling["seed"])):
+            return False
+    accepted = entry.get("accepted")
+    return accepted is None or (_is_int(accepted) and 0 <= accepted < len(attempts))
 
 
 def best_entry(entries: list[dict]) -> dict | None:

@@ -67,6 +67,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     replay_path: str = ""
     replay_max_line_bytes: int = 1 << 20  # --max_record_bytes: a longer replay line refuses the file, unread
+    replay_sha256: str = ""  # the replay file as the launcher checked it: a worker reading another version stops
     chat_format: str = "auto"
     prompt_set: str = "paper"
     extra: dict = field(default_factory=dict)
@@ -215,7 +216,7 @@ class ReplayError(ValueError):
     """A replay file that cannot be used; the message names the file and line."""
 
 
-def read_replay(path: str, max_line_bytes: int = 1 << 20):
+def read_replay(path: str, max_line_bytes: int = 1 << 20, expect_sha256: str = ""):
     """The records of a replay file, one at a time: one JSON object per line with type (a positive type or an LLM
     negative type; positive_type is read too), caption and text. ReplayError (one line, naming file:line) for an
     empty file, a line longer than max_line_bytes (--max_record_bytes; measured in pieces, never read whole), a line
@@ -225,45 +226,26 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
-    from pipeline.perturb.text import has_surrogates
-    from pipeline.sources.files import LongLine, regular_file_problem, stream_lines
+    from pipeline.sources.files import regular_file_problem
 
     problem = regular_file_problem(path)  # a FIFO would block in open, /dev/zero never end its first line
     if problem:
         raise ReplayError(f"{path}: {problem}")
     seen = _AnswerDigests()
-    with FileSystems.open(path) as f:
-        if CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
-            f = _Expanding(f, path, FileSystems.match([path])[0].metadata_list[0].size_in_bytes)
-        for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):
-            if isinstance(raw, LongLine):
-                raise ReplayError(f"{path}:{number}: a line of {raw.size:,} bytes, longer than --max_record_bytes="
-                                  f"{max_line_bytes:,} (measured, never held)")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ReplayError(f"{path}:{number}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") \
-                    from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError) as e:
-                raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
-            if isinstance(record, dict) and "type" not in record and "positive_type" in record:
-                record["type"] = record.pop("positive_type")
-            if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
-                                                       for k in ("type", "caption", "text")):
-                raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
-            if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
-                raise ReplayError(f"{path}:{number}: unknown type {record['type']!r:.80}")
-            for name in ("caption", "text"):
-                if has_surrogates(record[name]):
-                    raise ReplayError(f"{path}:{number}: its {name} holds a lone surrogate (a JSON escape "
-                                      f"\\ud800-\\udfff), not text")
-            seen.add(_digest(record["type"] + "\0" + record["caption"]), _digest(record["text"]), number)
-            yield record
+    compression = CompressionTypes.detect_compression_type(path)
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stored:
+        hashed = _Hashing(stored)  # the bytes as stored, hashed as they are read: the version read is the one checked
+        f = hashed
+        if compression != CompressionTypes.UNCOMPRESSED:
+            f = _Expanding(_decompressing(hashed, compression, path), path,
+                           FileSystems.match([path])[0].metadata_list[0].size_in_bytes)
+        yield from _replay_records(path, f, max_line_bytes, seen)
+        if expect_sha256:
+            while hashed.read(1 << 20):  # what the decompressor left unread
+                pass
+            if hashed.digest.hexdigest() != expect_sha256:
+                raise ReplayError(f"{path}: {REPLAY_CHANGED} (its sha256 is not the one the launcher recorded and "
+                                  f"the cache keys answers by); run again")
     if not len(seen):
         raise ReplayError(f"{path}: no answers (the file is empty); every prompt would fail")
     clash = seen.first_clash()
@@ -271,6 +253,74 @@ def read_replay(path: str, max_line_bytes: int = 1 << 20):
         number, earlier = clash
         raise ReplayError(f"{path}:{number}: a second, different answer for the same prompt (the first is on line "
                           f"{earlier})")
+
+
+REPLAY_CHANGED = "changed since the run began"  # run.input_changed finds a worker's error by it
+
+
+def _decompressing(f, compression, path: str):
+    """f decompressed as its name says, by the standard library's readers, which inflate no more than each read asks
+    (Beam's inflate a whole block first: a 1.5 KB bzip2 bomb took 4.6 GB before any size check)."""
+    import bz2
+    import gzip
+    import lzma
+
+    from apache_beam.io.filesystem import CompressionTypes
+
+    readers = {CompressionTypes.GZIP: lambda: gzip.GzipFile(fileobj=f, mode="rb"),
+               CompressionTypes.BZIP2: lambda: bz2.BZ2File(f, mode="rb"),
+               CompressionTypes.LZMA: lambda: lzma.LZMAFile(f, mode="rb")}
+    if compression not in readers:
+        raise ReplayError(f"{path}: {compression} replay files are not read; decompress it first")
+    return readers[compression]()
+
+
+class _Hashing:
+    """A binary file's reader that hashes what it hands out."""
+
+    def __init__(self, f):
+        self.f, self.digest = f, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.digest.update(data)
+        return data
+
+
+def _replay_records(path: str, f, max_line_bytes: int, seen):
+    """read_replay's records from the open (decompressed) stream f, each checked, its digests added to seen."""
+    from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
+    from pipeline.perturb.text import has_surrogates
+    from pipeline.sources.files import LongLine, stream_lines
+
+    for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):
+        if isinstance(raw, LongLine):
+            raise ReplayError(f"{path}:{number}: a line of {raw.size:,} bytes, longer than --max_record_bytes="
+                              f"{max_line_bytes:,} (measured, never held)")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ReplayError(f"{path}:{number}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") \
+                from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
+        if isinstance(record, dict) and "type" not in record and "positive_type" in record:
+            record["type"] = record.pop("positive_type")
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
+                                                   for k in ("type", "caption", "text")):
+            raise ReplayError(f"{path}:{number}: needs string fields type, caption and text")
+        if record["type"] not in POSITIVE_TYPES + LLM_NEGATIVE_TYPES:
+            raise ReplayError(f"{path}:{number}: unknown type {record['type']!r:.80}")
+        for name in ("caption", "text"):
+            if has_surrogates(record[name]):
+                raise ReplayError(f"{path}:{number}: its {name} holds a lone surrogate (a JSON escape "
+                                  f"\\ud800-\\udfff), not text")
+        seen.add(_digest(record["type"] + "\0" + record["caption"]), _digest(record["text"]), number)
+        yield record
 
 
 EXPANSION_LIMIT = 64  # a compressed replay file expands at most this many times (JSONL answers: 5-10 times)
@@ -286,7 +336,14 @@ class _Expanding:
         self.limit = max(EXPANSION_LIMIT * size, EXPANSION_FLOOR)
 
     def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
+        import lzma
+        import zlib
+
+        try:
+            data = self.f.read(n)
+        except (zlib.error, lzma.LZMAError, EOFError, OSError) as e:  # named .gz but not gzip, or cut short
+            raise ReplayError(f"{self.path}: cannot be decompressed as its name says ({str(e)[:120]}); name it for "
+                              f"what it is") from None
         self.read_so_far += len(data)
         if self.read_so_far > self.limit:
             raise ReplayError(f"{self.path}: expands to more than {self.limit:,} bytes ({EXPANSION_LIMIT} times its "
@@ -333,7 +390,7 @@ class ReplayEngine:
         if not config.replay_path:
             raise ValueError("--llm_engine=replay needs --llm_replay=FILE")
         digests, blob, ends = bytearray(), bytearray(), array.array("q")
-        for record in read_replay(config.replay_path, config.replay_max_line_bytes):
+        for record in read_replay(config.replay_path, config.replay_max_line_bytes, config.replay_sha256):
             digests += _digest(load_prompt(record["type"], config.prompt_set).text(record["caption"]))
             blob += record["text"].encode("utf-8", "surrogatepass")
             ends.append(len(blob))

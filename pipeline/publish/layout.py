@@ -87,17 +87,27 @@ def write_new(base: Path, relative: str, data: bytes = b"", mode: int = 0o644):
     return out
 
 
-def place(src: Path, dest: str, base: Path, root: Path, sha256: str, recorded_in) -> None:
+def place(src: Path, dest: str, base: Path, root: Path, sha256: str, recorded_in) -> tuple[int, int]:
     """The bytes of src (a shard under root), read through one descriptor opened from root with no link followed
     (tables/load.open_below), copied to base/dest (write_new: no link followed there either) as they are hashed: the
     release holds exactly the bytes whose sha256 its manifest records, whatever happens to src meanwhile or later.
     A copy, not a hard link: a link would share every later change of the run folder's file. PublishError when the
-    bytes are not the recorded ones."""
+    bytes are not the recorded ones. Returns the copy's identity (file_identity): publish checks after its switch
+    that the file served is this one."""
     from pipeline.tables.load import open_below
 
     source = os.fdopen(open_below(str(root), str(src)), "rb")
     with source, write_new(base, dest) as out:
         copied = copy_hashed(source, out)
+        out.flush()
+        found = file_identity(os.fstat(out.fileno()))
     if copied != sha256:
         (base / dest).unlink()
         raise changed_file(src, recorded_in)
+    return found
+
+
+def file_identity(found: os.stat_result) -> tuple:
+    """What tells a file publish wrote from one put in its place: its inode, and (inode numbers are reused at once
+    after a delete) its size and change time, which no one can set."""
+    return found.st_dev, found.st_ino, found.st_size, found.st_ctime_ns

@@ -394,12 +394,28 @@ def input_sha256(path: str) -> str:
         raise InputFileError(f"{path}: cannot read ({_first_line(e)})") from None
 
 
+_PINNED: dict[str, str] = {}  # path -> sha256, for this launch (run.parse clears it)
+
+
+def pinned_sha256(path: str) -> str:
+    """An input file's sha256 as this launch first read it. A file the workers read whole and check against it (the
+    replay file: llm/engines.read_replay) is recorded (made_from), keyed (the LLM cache) and checked by one value."""
+    if path not in _PINNED:
+        _PINNED[path] = input_sha256(path)
+    return _PINNED[path]
+
+
+def new_launch() -> None:
+    _PINNED.clear()
+
+
 def input_record(files: dict[str, str], opts) -> dict:
     """What a stage's rows were made from, besides hardpos's code: the sha256 of each input file (by the flag that
     names it), the seed and the input bounds. report.json keeps it in each of the stage's table sections
     ("made_from"), and a join (train_set) refuses tables made from other captions or with other options: their
     rows share caption ids, not captions."""
-    record = {"sha256": {flag: input_sha256(path) for flag, path in sorted(files.items())},
+    record = {"sha256": {flag: (pinned_sha256 if flag == "llm_replay" else input_sha256)(path)
+                         for flag, path in sorted(files.items())},
               "options": {"seed": opts.seed, **asdict(InputBounds.of(opts))}}
     if getattr(opts, "captions", None):  # a corpus: its files' fingerprint, and the flags that read its records
         from pipeline.sources import corpus

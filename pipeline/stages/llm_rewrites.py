@@ -23,7 +23,7 @@ from pipeline.io.outputs import WriteTableOutputs
 from pipeline.io.progress import Tick
 from pipeline.io.report import table_report
 from pipeline.llm.cache import best_entry, cache_key, cache_pattern, parse_line
-from pipeline.llm.cache import lines as cache_lines
+from pipeline.llm.cache import file_lines as cache_file_lines
 from pipeline.llm.engines import (
     ENGINES,
     EngineConfig,
@@ -68,9 +68,17 @@ def cache_model(opts: HardposOptions) -> str:
     answers are the file's, not a model's: another file under the same --model is not answered from the cache)."""
     if opts.llm_engine != "replay":
         return model_name(opts)
-    from pipeline.tables.shards import file_sha256
+    return f"{model_name(opts)}\x1freplay {_replay_sha256(opts)}"
 
-    return f"{model_name(opts)}\x1freplay {file_sha256(opts.llm_replay)}"
+
+def _replay_sha256(opts: HardposOptions) -> str:
+    """The replay file's sha256 as this launch first read it (files.pinned_sha256): the cache key, made_from and the
+    workers' check (the engine's replay_sha256) name the same bytes."""
+    if opts.llm_engine != "replay" or not opts.llm_replay:
+        return ""
+    from pipeline.sources.files import pinned_sha256
+
+    return pinned_sha256(opts.llm_replay)
 
 
 def engine_config(opts: HardposOptions) -> EngineConfig:
@@ -81,6 +89,7 @@ def engine_config(opts: HardposOptions) -> EngineConfig:
                         tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                         gpu_memory_utilization=opts.gpu_memory_utilization,
                         replay_path=opts.llm_replay or "", replay_max_line_bytes=opts.max_record_bytes,
+                        replay_sha256=_replay_sha256(opts),
                         chat_format=opts.chat_format, prompt_set=opts.prompt_set)
 
 
@@ -195,10 +204,13 @@ def _read_cache(pipeline: beam.Pipeline, cache_dir: str, table: str, label: str)
         | f"MatchCache{label}" >> fileio.MatchFiles(cache_pattern(cache_dir, table),
                                                     empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
         | f"ReadCacheFiles{label}" >> fileio.ReadMatches()
-        | f"CacheLines{label}" >> beam.FlatMap(lambda f: cache_lines(f.read()))
+        | f"CacheLines{label}" >> beam.FlatMap(cache_file_lines)
         | f"ParseCache{label}" >> beam.Map(parse_line)
         | f"DropDamaged{label}" >> beam.Filter(lambda kv: kv is not None)
     )
+
+
+CACHE_TABLES = ("hard_positives", "llm_negatives")  # the cache's folder per table (llm/cache.py)
 
 
 def _check_cache_path(opts: HardposOptions) -> None:
@@ -210,18 +222,23 @@ def _check_cache_path(opts: HardposOptions) -> None:
     from pipeline.io.commit import below_output, folder_path_problem
     from pipeline.tables.folders import MANIFEST, published_folder_holding
 
-    release = published_folder_holding(opts.cache_dir)
-    if release is not None:  # answers written into a release would sit under its manifest, or be uploaded
-        raise UsageError(f"--cache_dir {opts.cache_dir} is in {release}, a published folder (publish's {MANIFEST} "
-                         f"or card), which no stage writes into; choose another --cache_dir")
+    for folder in (opts.cache_dir, *(os.path.join(opts.cache_dir, t) for t in CACHE_TABLES)):
+        release = published_folder_holding(folder)
+        if release is not None:  # answers written into a release would sit under its manifest, or be uploaded
+            raise UsageError(f"--cache_dir {opts.cache_dir}: {folder} is in {release}, a published folder (publish's "
+                             f"{MANIFEST} or card), which no stage writes into; choose another --cache_dir")
+    existing = os.path.abspath(opts.cache_dir)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):  # a file there: the answers could not be written, after all the work
+        raise UsageError(f"--cache_dir {opts.cache_dir}: {existing} is a file, not a folder")
 
     below = "://" not in opts.output_dir and below_output(opts.cache_dir, opts.output_dir) is not None
     if below and os.path.islink(opts.cache_dir):
         raise UsageError(f"--cache_dir {opts.cache_dir} is a symbolic link in the output folder, which hardpos never "
                          f"writes through; remove the link or choose another --cache_dir")
     problem = folder_path_problem("--cache_dir", opts.cache_dir, opts.output_dir) if below else None
-    linked = next((t for t in ("hard_positives", "llm_negatives") if os.path.islink(os.path.join(opts.cache_dir, t))),
-                  None)
+    linked = next((t for t in CACHE_TABLES if os.path.islink(os.path.join(opts.cache_dir, t))), None)
     if problem or linked:
         raise UsageError(problem or f"--cache_dir {opts.cache_dir}: {linked}/ is a symbolic link, which hardpos never "
                                     f"writes answers through; remove it")

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import yaml
@@ -42,6 +43,7 @@ from pipeline.publish.layout import (
     REPORT_FILE,
     PublishError,
     find_reports,
+    file_identity,
     find_tables,
     open_folder_below,
     place,
@@ -50,7 +52,7 @@ from pipeline.publish.layout import (
     write_new,
 )
 from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
-from pipeline.tables.folders import link_target
+from pipeline.tables.folders import link_target, published_folder_holding
 
 STAGE = "publish"
 PLACEHOLDER_REPO = "ORG/NAME"
@@ -97,19 +99,28 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     problem = folder_path_problem("--publish_dir", target, output_dir)
     if problem:
         raise PublishError(problem)
+    if any(part.startswith(OWN_PREFIX) for part in Path(os.path.abspath(target)).parts):
+        raise PublishError(f"--publish_dir {target}: {OWN_PREFIX}* folders are publish's own (a release being built, "
+                           f"the one before it); publish into a folder of its own")
+    release = published_folder_holding(Path(os.path.abspath(target)).parent)
+    if release is not None:  # a release inside a release: the outer one's check, switch and upload would take it
+        raise PublishError(f"--publish_dir {target} is inside {release}, another published folder; publish into a "
+                           f"folder of its own")
     table = run_table_folder(target)
     if table is not None:
         where = "is" if table == Path(os.path.abspath(target)) else f"is inside {table},"
-        raise PublishError(f"--publish_dir {target} {where} a table folder of the run in {table.parent}: "
-                           f"the run's next commit replaces that folder whole; publish into a folder of its own")
+        raise PublishError(f"--publish_dir {target} {where} a folder that the stages of the run in {table.parent} "
+                           f"write (a table folder, dead letters or the LLM cache): the next stage replaces or writes "
+                           f"into it; publish into a folder of its own")
 
 
 def run_table_folder(target: Path) -> Path | None:
-    """The folder of a run's table (or its dead letters) that target is or lies in, as named or really: a folder
-    that a stage's commit swaps whole. None when there is none."""
+    """The folder of a run's table (or its dead letters, or the default LLM cache) that target is or lies in, as named
+    or really: a folder that a stage's commit swaps whole, or writes answers into. None when there is none."""
     from pipeline.resources import resource_dir
 
-    names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED}
+    # the tables, their dead letters, and the default LLM cache, whose table folders the stages write into
+    names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED, "llm_cache"}
     for here in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
         for folder in (here, *here.parents):
             if folder.parent != folder and folder.name in names and (folder.parent / REPORT_FILE).is_file():
@@ -238,21 +249,26 @@ def _write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Path, recorded_in: dict) -> None:
+def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Path,
+                 recorded_in: dict) -> dict[str, tuple[int, int]]:
     """The whole new release in target/NEXT, its manifest last; the folder itself is not touched. Each shard is the
     bytes checked against the sha256 the manifest records, read from under root (the output folder) through no link.
-    On any write error (a full disk) NEXT is removed and the earlier release stays as it was."""
+    On any write error (a full disk) NEXT is removed and the earlier release stays as it was. Returns the (device,
+    inode) of every file written, by its path in the release."""
     aside = target / NEXT
+    written = {}
     try:
         for leftover in (aside, target / PREV):  # of a publish that was cut off
             _remove_own(leftover)
         (target / PREV).mkdir()  # made now, so that the switch only renames
         aside.mkdir(mode=0o700)  # no other user plants in it; a racer as this user: _check_switched
         for src, dest, _ in files:
-            place(src, dest, aside, root, manifest["files"][dest]["sha256"], recorded_in[dest])
-        write_new(aside, "README.md", card.encode("utf-8"))
-        with write_new(aside, MANIFEST + ".tmp") as f:  # renamed last: a NEXT with a manifest is complete
-            f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+            written[dest] = place(src, dest, aside, root, manifest["files"][dest]["sha256"], recorded_in[dest])
+        for name, data in (("README.md", card.encode("utf-8")),
+                           (MANIFEST + ".tmp", (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))):
+            with write_new(aside, name) as f:  # the manifest renamed last: a NEXT with a manifest is complete
+                f.write(data)
+            written[name.removesuffix(".tmp")] = data  # renamed into place (a rename may change its ctime): by bytes
         os.replace(aside / (MANIFEST + ".tmp"), aside / MANIFEST)
     except (OSError, PublishError) as e:
         for leftover in (aside, target / PREV):
@@ -261,9 +277,10 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
             raise
         raise PublishError(f"{target}: {_why(e)} while building the new release beside the earlier one; the folder "
                            f"is left as it was, nothing was uploaded") from None
+    return written
 
 
-def finish_switch(target: Path, manifest: dict | None = None) -> None:
+def finish_switch(target: Path, manifest: dict | None = None, written: dict | None = None) -> None:
     """Switches a release built complete in target/NEXT into place: data/ swapped by two renames, then the card,
     then the manifest. Only renames, so a full disk cannot stop it half way; each step is skipped once done, so a
     switch cut off (killed) is finished by the next publish. Without a complete NEXT, leftovers are removed."""
@@ -290,25 +307,55 @@ def finish_switch(target: Path, manifest: dict | None = None) -> None:
     except OSError as e:
         raise PublishError(f"{target}: switching to the new release stopped ({_why(e)}); run publish again to "
                            f"finish it") from None
-    _check_switched(target, manifest)
+    _check_switched(target, manifest, written)
 
 
-def _check_switched(target: Path, manifest: dict | None) -> None:
-    """After the renames: nothing switched in is a link. A link planted in NEXT between the check above and a rename
-    (a racer in the publish folder) is renamed along, so each entry switched in is looked at again, links not
-    followed; one found is removed (never followed, never uploaded) and the publish stops (PublishError). The
-    manifest, when it was the link, is written again from `manifest`, so that the next publish knows its files."""
+def _check_switched(target: Path, manifest: dict | None, written: dict | None) -> None:
+    """After the renames: what was switched in is what publish wrote. Whatever a racer in the publish folder put in
+    NEXT between the check above and a rename is renamed along, so each entry switched in is looked at again, links
+    not followed: a link, a hard link (its other name would change the release), or a file or folder other than
+    the ones written (`written`: their device and inode) is removed, never followed or uploaded, and the publish
+    stops (PublishError). The manifest, when it was one of them, is written again from `manifest`, so that the next
+    publish knows its files."""
     switched = [target / MANIFEST, target / "README.md", target / "data"]
     if (target / "data").is_dir() and not (target / "data").is_symlink():
         switched += [Path(entry.path) for _, entry in _entries(target / "data", skip_own=False)]
-    planted = [path for path in switched if path.is_symlink()]
+    planted = []
+    for path in switched:
+        try:
+            found = path.lstat()
+        except FileNotFoundError:
+            continue
+        relative = path.relative_to(target).as_posix()
+        if stat.S_ISDIR(found.st_mode):
+            made = written is None or relative == "data" or any(f.startswith(relative + "/") for f in written)
+            if not made:  # a folder publish did not make
+                planted.append(path)
+            continue
+        # publish makes no link and no hard link; a file other than the one it wrote was put in its place
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1 or (
+                written is not None and not _is_written(path, found, written.get(relative))):
+            planted.append(path)
     for path in planted:
-        path.unlink()
+        _remove_own(path)
     if target / MANIFEST in planted and manifest is not None:
         _write_json(target / MANIFEST, manifest)
     if planted:
-        raise PublishError(f"{planted[0]}: a symbolic link was switched into the release (planted in "
+        raise PublishError(f"{planted[0]}: not the file publish wrote (a link, a hard link or another file, put in "
                            f"{NEXT} while publish ran); it was removed, nothing was uploaded; publish again")
+
+
+def _is_written(path: Path, found: os.stat_result, wrote) -> bool:
+    """Whether the regular file at path (lstat: found) is the one publish wrote: its bytes (`wrote`, for the card and
+    the manifest, small and renamed into place), else its identity (layout.file_identity)."""
+    if isinstance(wrote, bytes):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as f:
+            return f.read(len(wrote) + 1) == wrote
+    return wrote == file_identity(found)
 
 
 def _into(where: Path, opts: HardposOptions, dry_run: bool, api, files: list, card: str, report: dict,
@@ -318,9 +365,9 @@ def _into(where: Path, opts: HardposOptions, dry_run: bool, api, files: list, ca
     with FolderLock(str(where), STAGE, "--publish_dir"):
         earlier_publish(where, opened=True)  # again, now that no other publish can change it
         finish_switch(where)    # one that a killed publish left
-        _build_aside(where, files, card, report, Path(opts.output_dir),
-                     {dest: t.run_dir / REPORT_FILE for t in found for dest in t.hub_paths()})
-        finish_switch(where, report)
+        written = _build_aside(where, files, card, report, Path(opts.output_dir),
+                               {dest: t.run_dir / REPORT_FILE for t in found for dest in t.hub_paths()})
+        finish_switch(where, report, written)
         print(f"publish plan: {len(files)} files, {len(found)} configs -> {target}"
               + (f" -> https://huggingface.co/datasets/{opts.hub_repo}" if opts.hub_repo else ""))
         for src, dest, rows in files:

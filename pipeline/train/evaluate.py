@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.folder_lock import planted_link, write_own
 from pipeline.publish.images import MAX_PIXEL_VALUES
 from pipeline.train import metrics, replace_views, report
 from pipeline.train.clip import UsageError
@@ -472,6 +473,9 @@ def evaluate(args, loaded=None) -> dict:
 
     from pipeline.train.clip import import_open_clip
 
+    problem = planted_link("--out", str(args.out), [EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT])
+    if problem:  # before any work: a link there would have the figures written over a file anywhere
+        raise UsageError(problem)
     try:
         lookup = ImageLookup(args.images, args.image_max_pixel_values)
     except ValueError as e:  # shards that cannot be read as such
@@ -533,16 +537,15 @@ def evaluate(args, loaded=None) -> dict:
         "notes": notes,
     }
     write_scores(records, out / SCORES)
-    with open(out / SKIPPED, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(row) + "\n" for row in skipped_rows)
+    write_own(out / SKIPPED, "".join(json.dumps(row) + "\n" for row in skipped_rows).encode("utf-8"))
     (out / PLOT).unlink(missing_ok=True)  # never leave an earlier run's plot beside these figures
     why_not = plot(result, out / PLOT) if records else "plot not written: no row was scored"
     if why_not:
         result["notes"].append(why_not)
     result["outputs"] = {"json": EVAL_JSON, "markdown": EVAL_MD, "scores": SCORES, "skipped": SKIPPED,
                          "plot": None if why_not else PLOT}
-    (out / EVAL_MD).write_text(format_markdown(result), encoding="utf-8")
-    (out / EVAL_JSON).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_own(out / EVAL_MD, format_markdown(result).encode("utf-8"))
+    write_own(out / EVAL_JSON, (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return result
 
 

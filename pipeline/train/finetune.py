@@ -44,7 +44,7 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from pipeline.folder_lock import LockRefused, holder_record, lock_local
+from pipeline.folder_lock import LockRefused, holder_record, lock_local, planted_link, write_own
 from pipeline.train.checkpoint import (
     atomic_save,
     check_resume_args,
@@ -368,6 +368,12 @@ def out_lock(out: str):
     except LockRefused as e:
         raise UsageError(str(e)) from None
     try:
+        checkpoints = os.path.join(out, "checkpoints")
+        inside = [os.path.join("checkpoints", name) for name in sorted(os.listdir(checkpoints))] \
+            if os.path.isdir(checkpoints) and not os.path.islink(checkpoints) else []
+        problem = planted_link("--out", out, ["log.jsonl", "checkpoints", "final.pt", "summary.json", *inside])
+        if problem:
+            raise UsageError(problem)
         yield
     finally:
         os.close(fd)
@@ -398,7 +404,7 @@ def truncate_log(path: Path, step: int) -> None:
             continue
         if isinstance(record, dict) and type(record.get("step")) is int and record["step"] <= step:
             kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept))
+    write_own(path, "".join(line + "\n" for line in kept).encode())
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -459,7 +465,7 @@ def train(args) -> dict:
         truncate_log(log_path, step)
         print(f"resumed from {resume} at step {step}")
     else:
-        log_path.write_text("")
+        write_own(log_path, b"")
     print(f"{counts['kept']:,} of {counts['read']:,} rows kept; {steps_per_epoch:,} steps/epoch x {args.epochs} "
           f"epochs = {total_steps:,} steps; running to step {stop:,} on {device} ({args.precision})")
 
@@ -480,7 +486,8 @@ def train(args) -> dict:
     steady = None  # (time, images trained) once WARMUP_STEPS_UNTIMED steps of this run are done
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    with log_path.open("a") as log:
+    # O_NOFOLLOW: a link planted at log.jsonl since the start is refused, never appended to
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a") as log:
         while step < stop:
             epoch, first = divmod(step, steps_per_epoch)
             batches = epoch_batches(len(dataset), args.batch_size, args.seed, epoch, start=first)[:stop - step]
@@ -548,7 +555,7 @@ def train(args) -> dict:
                # after the first steps (CUDA kernels chosen, loader workers started): what a long run sustains
                "images_per_second_steady": steady_rate, "steady_after_steps": WARMUP_STEPS_UNTIMED,
                "peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_own(out / "summary.json", json.dumps(summary, indent=2).encode())
     if skipped:
         print("images skipped (rows dropped from their batches): "
               + ", ".join(f"{reason} {n:,}" for reason, n in sorted(skipped.items()))

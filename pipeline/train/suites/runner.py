@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.folder_lock import planted_link, write_own
 from pipeline.train.clip import TrainDependencyMissing, UsageError
 from pipeline.train.suites import HARDPOS, SUITES, Context, SuiteSkipped, suite_table
 
@@ -126,6 +127,9 @@ def run_suites(args) -> dict:
     skipped = check_suites(names, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    problem = planted_link("--out", str(out), [RESULTS_JSON, REPORT_MD, PLOT])
+    if problem:
+        raise UsageError(problem)
     taken: set[str] = set()
     results = []
     for model, pretrained in models:
@@ -160,8 +164,8 @@ def run_suites(args) -> dict:
     if why_not:
         result["notes"].append(why_not)
     result["outputs"] = {"json": RESULTS_JSON, "markdown": REPORT_MD, "plot": None if why_not else PLOT}
-    (out / REPORT_MD).write_text(report.format_report(result), encoding="utf-8")
-    (out / RESULTS_JSON).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_own(out / REPORT_MD, report.format_report(result).encode("utf-8"))
+    write_own(out / RESULTS_JSON, (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return result
 
 
