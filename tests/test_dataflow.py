@@ -538,3 +538,27 @@ def test_cpu_check_catches(flag, value, expected):
     argv = next(a for kind, a in COMMANDS if kind == "cpu")
     problems = accelerator_problems("cpu", _edited(argv, flag, value))
     assert any(expected in p for p in problems), problems
+
+
+def test_a_corpus_pattern_builds_the_dataflow_graph_without_submitting(no_gcs_network, fake_gcs):
+    """The README's CPU train_negatives command with a corpus pattern (--captions=gs://.../part-*.jsonl, two files)
+    instead of a COCO file: the launcher's checks pass, the job graph is built for the DataflowRunner and turned into
+    the job's proto, and nothing is submitted (no_gcs_network refuses a submit). The launcher lists the pattern and
+    reads no record: the workers read the files."""
+    kind, argv = next((k, a) for k, a in COMMANDS if k == "cpu" and "--stage=train_negatives" in a)
+    bucket = next(a.split("=", 1)[1] for a in argv if a.startswith("--output_dir=")).rsplit("/", 1)[0]
+    pattern = f"{bucket}/corpus/part-*.jsonl"
+    annotations = json.loads((SAMPLES / "coco" / "captions_sample.json").read_text())["annotations"]
+    lines = [json.dumps({"key": str(a.get("id")), "caption": a.get("caption"), "url": f"https://x/{a.get('id')}.jpg"})
+             for a in annotations if isinstance(a, dict)]
+    objects = {f"{bucket}/corpus/part-{i}.jsonl": "\n".join(lines[i::2]).encode() + b"\n" for i in range(2)}
+    argv = [a for a in argv if not a.startswith("--coco_captions=")] + [f"--captions={pattern}",
+                                                                          "--captions_format=jsonl"]
+    gcs = fake_gcs(objects)
+    options, opts = run.parse(argv)
+    pipeline = beam.Pipeline(options=options)
+    run.STAGES[opts.stage].build(pipeline, opts)
+    assert isinstance(pipeline.runner, DataflowRunner)
+    labels = {t.unique_name for t in pipeline.to_runner_api().components.transforms.values()}
+    assert any("ReadCaptions" in label for label in labels) and any("ParseAndGenerate" in label for label in labels)
+    assert set(gcs.calls) == {("match", pattern)}  # listed (sizes plan the read units), never opened here
