@@ -271,3 +271,30 @@ def test_v45_a_compression_bomb_inflates_only_what_is_read(suffix, opener, tmp_p
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20, f"{peak:,} bytes held at once"
+
+
+# ------------------------------------------------------------------------------ images: a link in shards/ (round 10)
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "linked folder"])
+def test_a_link_or_fifo_planted_in_the_images_shards_is_removed_never_read(kind, tmp_path):
+    """img2dataset writes shards/ by path; what is planted there meanwhile is found before any shard is read or
+    indexed (publish/images.refuse_planted, run before and after img2dataset)."""
+    from pipeline.publish.images import PlantedEntry, refuse_planted
+
+    shards = tmp_path / "images" / "shards"
+    (shards / "sub").mkdir(parents=True)
+    (shards / "00000.tar").write_bytes(b"a shard")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("KEEP")
+    planted = shards / "sub" / "00001.tar"
+    if kind == "link":
+        planted.symlink_to(victim / "keep.txt")
+    elif kind == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.symlink_to(victim)
+    with pytest.raises(PlantedEntry, match="never make"):
+        refuse_planted(str(shards))
+    assert not os.path.lexists(planted) and (victim / "keep.txt").read_text() == "KEEP"
+    refuse_planted(str(shards))  # files and folders only: nothing to say

@@ -37,6 +37,7 @@ import math
 import os
 import re
 import signal
+import stat
 import sys
 import tarfile
 import time
@@ -705,6 +706,25 @@ def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
     return {ref.key: ref.url for table in tables for ref in table.refs if ref.key is not None}
 
 
+class PlantedEntry(ValueError):
+    """A link or special file in shards/ (refuse_planted)."""
+
+
+def refuse_planted(shards_dir: str) -> None:
+    """PlantedEntry (one line) when shards/ holds a symbolic link or anything but files and folders: img2dataset and
+    hardpos make none, and reading or indexing through one would take a file from anywhere. The entry is removed
+    (never followed), so the next run fetches its images again."""
+    for folder, dirs, names in os.walk(shards_dir):
+        for name in sorted(dirs + names):
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                os.unlink(path)
+                raise PlantedEntry(f"{path}: a symbolic link or special file in the images folder, which hardpos and "
+                                 f"img2dataset never make (planted while the stage ran?); it was removed, run the "
+                                 f"stage again")
+
+
 def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     """Fetches what is missing, checks it, writes index/<table>.parquet; returns the report (no stage keys)."""
     tables = refuse_ambiguous_ids(tables)
@@ -717,6 +737,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     settings = {"image_format": config.image_format, "image_size": config.image_size}
     _write_atomic(os.path.join(images_dir, SETTINGS_FILE), lambda tmp: Path(tmp).write_text(json.dumps(settings)))
 
+    refuse_planted(shards_dir)
     dropped = drop_incomplete_shards(shards_dir)
     # Shards a stopped run left unchecked.
     decode_failures = verify_shards(images_dir, config.threads, config.max_pixel_values)
@@ -733,6 +754,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
         input_path = os.path.join(shards_dir, "_fetch_list.parquet")  # not a shard name: never read as one
         pq.write_table(pa.table({"url": [wanted[k] for k in todo], "image_key": todo}), input_path)
         _download(input_path, shards_dir, config)
+        refuse_planted(shards_dir)  # img2dataset writes by path: a link planted meanwhile is found before any read
         os.remove(input_path)
         dropped += drop_incomplete_shards(shards_dir)
         decode_failures.update(verify_shards(images_dir, config.threads, config.max_pixel_values))

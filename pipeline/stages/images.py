@@ -164,7 +164,10 @@ def run_stage(options, opts: HardposOptions) -> dict:
         file_root=local_root)
     check_images_path(opts)  # again, just before the lock is written into it
     with FolderLock(out, STAGE, "--images_dir"):  # two runs must not extend the same shards
-        result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
+        try:
+            result = core.fetch_images([read_table(opts, t) for t in tables(opts)], config)
+        except core.PlantedEntry as e:
+            raise UsageError(str(e)) from None
         report_path = os.path.join(out, REPORT_FILE)
         report = {"stage": STAGE, "output_dir": opts.output_dir, "hardpos": build_info(),
                   "inputs": {"image_root": opts.image_root and redacted(opts.image_root),
