@@ -82,23 +82,43 @@ def lock_local(folder: str, holder: dict, flag: str) -> int:
     return fd
 
 
-def planted_link(flag: str, folder: str, names) -> str | None:
-    """Why hardpos will not write into `folder`: one of the entries it writes there (relative names) is a symbolic
-    link, which it did not make and never writes through (a link planted at log.jsonl or checkpoints/ would have the
-    run overwrite or delete files anywhere). None when there is none."""
-    for name in names:
-        path = os.path.join(folder, name)
-        if os.path.islink(path):
-            return (f"{flag}={folder}: {name} is a symbolic link (to {os.readlink(path)}), which hardpos did not make "
-                    f"and never writes through; remove it")
+def planted_link(flag: str, folder: str, files=(), folders=()) -> str | None:
+    """Why hardpos will not write into `folder`, its own output folder: a symbolic link anywhere in it (hardpos makes
+    none and never writes through one: a link at log.jsonl, checkpoints/ or a per-model folder would have the run
+    overwrite or delete files anywhere), or one of the entries it writes of the wrong kind (`files` must be regular
+    files, `folders` folders, where they exist). None when there is none."""
+    if not os.path.isdir(folder):
+        return None
+    for here, dirs, names in os.walk(folder):
+        for name in sorted(dirs + names):
+            path = os.path.join(here, name)
+            if os.path.islink(path):
+                shown = os.path.relpath(path, folder)
+                return (f"{flag}={folder}: {shown} is a symbolic link (to {os.readlink(path)}), which hardpos did not "
+                        f"make and never writes through; remove it")
+    for names, wanted, kind in ((files, os.path.isfile, "a file"), (folders, os.path.isdir, "a folder")):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.lexists(path) and not wanted(path):
+                return f"{flag}={folder}: {name} is not {kind}, where hardpos writes {kind} {name}; move it away"
     return None
+
+
+def open_new(path, mode: int = 0o644) -> int:
+    """A descriptor of a new file at path, for writing: whatever is at the name is removed first (a link is removed,
+    never followed) and the file is made with O_EXCL|O_NOFOLLOW, so a link planted meanwhile fails the open."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
 def write_own(path, data: bytes) -> None:
     """A file of hardpos's own output folder written whole: beside it first (O_EXCL|O_NOFOLLOW), then renamed over
     it, so a link at its name is replaced, never written through."""
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = open_new(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

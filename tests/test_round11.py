@@ -298,3 +298,100 @@ def test_a_link_or_fifo_planted_in_the_images_shards_is_removed_never_read(kind,
         refuse_planted(str(shards))
     assert not os.path.lexists(planted) and (victim / "keep.txt").read_text() == "KEEP"
     refuse_planted(str(shards))  # files and folders only: nothing to say
+
+
+# ------------------------------------------------------------------- round 12 (probe12 on b6d5ada): W1-W11
+
+WRITTEN = {"key": "k", "attempts": [{"text": "x", "finish_reason": "stop", "output_tokens": 3,
+                                     "sampling": {"max_new_tokens": 30, "temperature": 0.0, "top_p": 1.0, "seed": 5}}]}
+
+
+@pytest.mark.parametrize("edit", ["seed", "output_tokens", "text", "caption"])
+def test_w1_w4_a_cache_line_no_table_or_coder_holds_is_a_miss(edit):
+    entry = json.loads(json.dumps(WRITTEN))
+    assert parse_line(json.dumps(entry)) is not None
+    attempt = entry["attempts"][0]
+    if edit == "seed":
+        attempt["sampling"]["seed"] = 2 ** 70  # past int64: the row would fail the schema, counted twice
+    elif edit == "output_tokens":
+        attempt["output_tokens"] = 2 ** 70
+    elif edit == "text":
+        attempt["text"] = "a \ud800 b"  # a lone surrogate: Beam's coder cannot encode it
+    else:
+        entry["caption"] = "x\udc00"
+    assert parse_line(json.dumps(entry)) is None
+
+
+@pytest.mark.parametrize("planted", [".final.pt.tmp", "checkpoints/.step_1.pt.tmp"])
+def test_w5_a_checkpoint_is_never_saved_through_a_link_at_its_temporary_name(planted, tmp_path):
+    """A racer plants a link at the temporary name after the trainer's start-up check: atomic_save removes it
+    (never follows it) and writes a file of its own."""
+    torch = pytest.importorskip("torch")
+    from pipeline.train.checkpoint import atomic_save
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / planted).symlink_to(victim)
+    target = out / planted.replace(".tmp", "").replace("/.", "/").lstrip(".")
+    atomic_save({"step": 1}, target)
+    assert victim.read_text() == "the user's" and not os.path.lexists(out / planted)
+    assert torch.load(target)["step"] == 1
+
+
+def test_w6_the_evaluators_files_are_written_beside_and_renamed(tmp_path):
+    """A link planted at scores.parquet after the evaluator's start-up check is replaced, never written through."""
+    import pyarrow.parquet as pq
+
+    from pipeline.train.evaluate import write_scores
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    (tmp_path / "scores.parquet").symlink_to(victim)
+    write_scores([{"example_id": "e", "table": "t", "subset": "s", "category": "c", "replaced_from": None,
+                   "replaced_to": None, "s_c": 0.5, "s_n": 0.25, "s_p": 0.75}], tmp_path / "scores.parquet")
+    assert victim.read_text() == "the user's" and not (tmp_path / "scores.parquet").is_symlink()
+    assert pq.read_table(tmp_path / "scores.parquet").num_rows == 1
+
+
+@pytest.mark.parametrize("where", ["hardpos-tiny_random", "hardpos-tiny_random/replace_swap"])
+def test_w7_w8_no_link_anywhere_in_the_evaluators_out(where, tmp_path):
+    from pipeline.folder_lock import planted_link
+
+    victim = tmp_path / "victim"
+    (victim / "replace_swap").mkdir(parents=True)
+    out = tmp_path / "out"
+    (out / Path(where).parent).mkdir(parents=True, exist_ok=True)
+    (out / where).symlink_to(victim if where.count("/") == 0 else victim / "replace_swap")
+    assert f"{where} is a symbolic link" in planted_link("--out", str(out), files=["results.json"])
+
+
+def test_w9_w10_a_report_or_manifest_larger_than_any_written_is_refused_unread(tmp_path):
+    from pipeline.io.report import OWN_FILE_LIMIT, read_own_file
+    from pipeline.tables.folders import MANIFEST_LIMIT, PublishError, read_manifest
+
+    big = tmp_path / "report.json"
+    with open(big, "wb") as f:
+        f.truncate(OWN_FILE_LIMIT + 1)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="more than any report"):
+            read_own_file(str(big))
+        with open(tmp_path / MANIFEST, "wb") as f:
+            f.truncate(MANIFEST_LIMIT + 1)
+        with pytest.raises(PublishError, match="more than any manifest"):
+            read_manifest(tmp_path)
+        assert tracemalloc.get_traced_memory()[1] < 8 << 20
+    finally:
+        tracemalloc.stop()
+
+
+def test_w11_a_folder_where_the_latest_checkpoint_goes_is_refused_before_any_work(tmp_path, capsys):
+    from pipeline.train.finetune import main as finetune
+
+    out = tmp_path / "out"
+    (out / "checkpoints" / "latest.pt").mkdir(parents=True)
+    code = finetune([f"--data={tmp_path / 'no-data'}", f"--images={tmp_path}", f"--out={out}", "--model=hardpos-tiny",
+                     "--pretrained=", "--resume=latest"])
+    assert code == 2 and "checkpoints/latest.pt is not a file" in capsys.readouterr().err

@@ -121,21 +121,27 @@ def read_json(path: str):
         raise ValueError(f"{path}: nested too deeply to be a report") from None
 
 
+OWN_FILE_LIMIT = 256 << 20  # a report or commit record: a few MB at CC3M's size; a larger one is not ours
+
+
 def read_own_file(path: str) -> bytes:
     """A local file of hardpos's own folders (a report, a commit record), opened without blocking and read only when
-    it is a regular file: a FIFO planted there would hang the open or the read, a folder would be a traceback.
-    ValueError (one line) for anything else; OSError as open raises it (a missing file)."""
+    it is a regular file of at most OWN_FILE_LIMIT bytes: a FIFO planted there would hang the open or the read, a
+    folder would be a traceback, a sparse 1 GiB file would be read whole. ValueError (one line) for anything else;
+    OSError as open raises it (a missing file)."""
     import os
     import stat
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_size > OWN_FILE_LIMIT:
         os.close(fd)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        mode = found.st_mode
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else \
+            "not a regular file" if not stat.S_ISREG(mode) else f"{found.st_size:,} bytes, more than any report"
         raise ValueError(f"{path}: {kind}, not a file hardpos wrote")
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        return f.read(OWN_FILE_LIMIT + 1)
 
 
 def format_summary(report: dict) -> str:

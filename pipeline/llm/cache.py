@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import uuid
 
 # One folder per table (hard_positives, llm_negatives): a stage reads only its own answers.
@@ -83,20 +84,30 @@ def parse_line(line: str) -> tuple[str, dict] | None:
     return (entry["key"], entry) if valid_entry(entry) else None
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value) -> bool:  # one the tables' int64 columns hold
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _is_text(value) -> bool:
+    """Text Beam's coders and the tables can hold: no lone surrogate (a JSON \\ud800 escape)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def valid_entry(entry) -> bool:
     """An entry of the shape write_entries writes (generate.answer_batch): a key, at least one attempt, each with its
     text and a finish reason other than an error, its sampling and token count of the right types, and `accepted`
-    None or one of the attempts. Any other line is damaged: a line that parses but has no attempts, or an attempt
-    with no finish reason, would otherwise be taken for an answer (or stop the run in a traceback)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+    None or one of the attempts, numbers an int64 or a float column holds, text with no lone surrogate. Any other
+    line is damaged: a line that parses but has no attempts, an attempt with no finish reason, a seed of 2^70 or a
+    \\ud800 in a caption would otherwise be taken for an answer, or stop the run in a traceback."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or not _is_text(entry):
         return False
     attempts = entry.get("attempts")
     if not isinstance(attempts, list) or not attempts:

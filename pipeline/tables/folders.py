@@ -199,11 +199,16 @@ def _manifest_problem(files) -> str | None:
     return None
 
 
+MANIFEST_LIMIT = 64 << 20
+
+
 def read_manifest(folder: Path) -> dict[str, dict]:
     """The files folder's manifest says publish wrote there: relative path -> {sha256, and rows for a shard}.
     PublishError (one line) when it cannot be read or is not one publish wrote."""
     path = folder / MANIFEST
     try:
+        if path.stat().st_size > MANIFEST_LIMIT:  # a manifest lists a release's files: a few kB
+            raise ValueError(f"{path.stat().st_size:,} bytes, more than any manifest")
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
         problem = _manifest_problem(files)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8

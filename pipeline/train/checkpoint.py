@@ -16,6 +16,7 @@ import random
 import shutil
 from pathlib import Path
 
+from pipeline.folder_lock import open_new
 from pipeline.train.clip import CheckpointError, UsageError, one_line, read_checkpoint
 
 # Resuming with a different value of these would change which rows a step sees or the schedule's length.
@@ -72,7 +73,9 @@ def atomic_save(obj, path: Path) -> None:
 
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:  # through a file object a full disk is OSError(ENOSPC), not torch's RuntimeError
+        # a new file (open_new: a link planted at the temporary name is removed, never written through); through a
+        # file object a full disk is OSError(ENOSPC), not torch's RuntimeError
+        with os.fdopen(open_new(tmp), "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())  # renamed only once on disk: a crash leaves the old file, never a truncated one
@@ -91,7 +94,8 @@ def link_latest(path: Path) -> None:
         try:
             os.link(path, tmp)
         except OSError:
-            shutil.copyfile(path, tmp)
+            with open(path, "rb") as source, os.fdopen(open_new(tmp), "wb") as copy:
+                shutil.copyfileobj(source, copy)
         os.replace(tmp, latest)
     except BaseException:
         tmp.unlink(missing_ok=True)

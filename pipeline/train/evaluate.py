@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -434,7 +435,9 @@ def plot(result: dict, path: Path) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    png = io.BytesIO()
+    figure.savefig(png, dpi=120, format="png")
+    write_own(path, png.getvalue())
     return None
 
 
@@ -444,7 +447,9 @@ def write_scores(records: list[dict], path: Path) -> None:
 
     strings = ("example_id", "table", "subset", "category", "replaced_from", "replaced_to")
     schema = pa.schema([(c, pa.string()) for c in strings] + [(c, pa.float64()) for c in ("s_c", "s_n", "s_p")])
-    pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), sink)
+    write_own(path, sink.getvalue().to_pybytes())  # beside, then renamed: never through a link at its name
 
 
 # ------------------------------------------------------------------------------------------------------ main
@@ -473,7 +478,7 @@ def evaluate(args, loaded=None) -> dict:
 
     from pipeline.train.clip import import_open_clip
 
-    problem = planted_link("--out", str(args.out), [EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT])
+    problem = planted_link("--out", str(args.out), files=[EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT])
     if problem:  # before any work: a link there would have the figures written over a file anywhere
         raise UsageError(problem)
     try:

@@ -368,10 +368,8 @@ def out_lock(out: str):
     except LockRefused as e:
         raise UsageError(str(e)) from None
     try:
-        checkpoints = os.path.join(out, "checkpoints")
-        inside = [os.path.join("checkpoints", name) for name in sorted(os.listdir(checkpoints))] \
-            if os.path.isdir(checkpoints) and not os.path.islink(checkpoints) else []
-        problem = planted_link("--out", out, ["log.jsonl", "checkpoints", "final.pt", "summary.json", *inside])
+        problem = planted_link("--out", out, files=["log.jsonl", "final.pt", "summary.json", "checkpoints/latest.pt"],
+                               folders=["checkpoints"])
         if problem:
             raise UsageError(problem)
         yield

@@ -277,5 +277,11 @@ def plot(result: dict, path: Path) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    import io
+
+    from pipeline.folder_lock import write_own
+
+    png = io.BytesIO()
+    figure.savefig(png, dpi=120, format="png")
+    write_own(path, png.getvalue())  # beside, then renamed: never through a link at its name
     return None

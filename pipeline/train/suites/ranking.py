@@ -134,8 +134,9 @@ def run(name: str, ctx: Context, args) -> dict:
     scored: list[dict] = []
     figures = {"sugarcrepe": run_sugarcrepe, "aro": run_aro, "vl_checklist": run_vl_checklist}[name](ctx, args, scored)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    with open(ctx.out / f"{name}_scores.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in scored)
+    from pipeline.folder_lock import write_own
+
+    write_own(ctx.out / f"{name}_scores.jsonl", "".join(json.dumps(r) + "\n" for r in scored).encode("utf-8"))
     return {**figures, "scores": f"{ctx.slug}/{name}_scores.jsonl"}
 
 

@@ -127,7 +127,7 @@ def run_suites(args) -> dict:
     skipped = check_suites(names, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    problem = planted_link("--out", str(out), [RESULTS_JSON, REPORT_MD, PLOT])
+    problem = planted_link("--out", str(out), files=[RESULTS_JSON, REPORT_MD, PLOT])  # and no link in its models
     if problem:
         raise UsageError(problem)
     taken: set[str] = set()
