@@ -118,6 +118,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     options = PipelineOptions(argv)
     opts = options.view_as(HardposOptions)
     check_runner(options.view_as(StandardOptions).runner)
+    _check_url_schemes(opts)
     _absolute_local_paths(opts)
     _fixed_runner(options)
     pin_local_runner(options)
@@ -182,6 +183,24 @@ def _resolve_defaults(opts: HardposOptions) -> None:
 _PATH_FLAGS = ("output_dir", "spill_dir", "vl_checklist_root", "aro_vga", "replace_table", "coco_captions", "llm_replay",
                "cache_dir", "hard_positives_dir", "train_negatives_dir", "image_root", "images_dir", "publish_dir")
 _MAYBE_PATH_FLAGS = ("model", "ranker_model")
+
+
+def _check_url_schemes(opts: HardposOptions) -> None:
+    """UsageError (one line, the URL redacted) for a path flag naming a URL that no Beam file system reads (http://,
+    an unknown scheme, gs:// without the gcp extra): Beam's ValueError, raised later, was a traceback."""
+    from pipeline.sources.corpus import split_patterns
+    from pipeline.urls import redacted
+
+    named = [(flag, getattr(opts, flag, None)) for flag in _PATH_FLAGS]
+    named += [(flag, p) for flag in ("captions", "reference_captions") for p in split_patterns(getattr(opts, flag, None)
+                                                                                               or [])]
+    for flag, value in named:
+        if isinstance(value, str) and "://" in value:
+            try:
+                FileSystems.get_filesystem(value)
+            except ValueError:
+                raise UsageError(f"--{flag}={redacted(value)}: no file system reads this URL here (local paths, gs:// "
+                                 f"with the gcp extra, and the others Beam has installed)") from None
 
 
 def _absolute_local_paths(opts: HardposOptions) -> None:
@@ -610,6 +629,9 @@ def _quiet_when_said(record: logging.LogRecord) -> bool:
 
 
 if __name__ == "__main__":
+    from pipeline.urls import redact_output
+
+    redact_output()  # before anything prints: no secret of a flag reaches the terminal
     logging.basicConfig(level=logging.WARNING)
     for _handler in logging.getLogger().handlers:
         _handler.addFilter(_quiet_when_said)

@@ -48,3 +48,28 @@ def hidden_why(url: str) -> str | None:
     if "@" in path.split("?", 1)[0] or "@" in fragment:
         return "it holds an '@' after its host (a password holding a '/', '?' or '#' must percent-encode it)"
     return None
+
+
+class _Redacting:
+    """A text stream that writes every URL with its secrets as *** (redact_urls): what a process prints, a traceback
+    or a library's log line included, never shows a password or a query value given in a flag."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(redact_urls(text) if "://" in text else text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def redact_output() -> None:
+    """sys.stdout and sys.stderr redacted from here on (a command-line entry point calls it first): the last line of
+    defence behind each message's own redaction, for tracebacks and lines hardpos does not write itself."""
+    import sys
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Redacting):
+            setattr(sys, name, _Redacting(stream))

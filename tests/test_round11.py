@@ -395,3 +395,89 @@ def test_w11_a_folder_where_the_latest_checkpoint_goes_is_refused_before_any_wor
     code = finetune([f"--data={tmp_path / 'no-data'}", f"--images={tmp_path}", f"--out={out}", "--model=hardpos-tiny",
                      "--pretrained=", "--resume=latest"])
     assert code == 2 and "checkpoints/latest.pt is not a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool,name", [("evaluate", "eval.json"), ("finetune", "log.jsonl"),
+                                       ("finetune", "summary.json")])
+def test_w20_w22_a_folder_where_a_file_of_the_out_goes_is_refused_before_any_work(tool, name, tmp_path, capsys):
+    from pipeline.train.evaluate import main as evaluate
+    from pipeline.train.finetune import main as finetune
+
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    common = [f"--data={tmp_path / 'data'}", f"--images={tmp_path}", f"--out={out}", "--model=hardpos-tiny"]
+    code = evaluate(common) if tool == "evaluate" else finetune([*common, "--pretrained="])
+    assert code == 2 and f"{name} is not a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--aro_vga", "--vl_checklist_root", "--output_dir", "--spill_dir"])
+def test_w25_w32_a_url_flag_with_a_password_is_one_line_and_never_shows_it(flag, tmp_path):
+    url = "http://u:PASSPROBE12@127.0.0.1:9/x"
+    args = ["--stage=eval_sets", f"--output_dir={tmp_path / 'o'}", "--runner=DirectRunner",
+            f"--vl_checklist_root={ROOT / 'samples' / 'vl_checklist'}",
+            f"--aro_vga={ROOT / 'samples' / 'aro' / 'visual_genome_attribution.json'}"]
+    args = [a for a in args if not a.startswith(flag + "=")] + [f"{flag}={url}"]
+    done = run_cli(*args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert "PASSPROBE12" not in done.stdout + done.stderr and "http://***@127.0.0.1:9/x" in done.stderr
+
+
+def test_w25_what_a_command_prints_is_redacted_at_the_last_line_of_defence(capsys):
+    import sys
+
+    from pipeline.urls import redact_output
+
+    saved = sys.stdout, sys.stderr
+    try:
+        redact_output()
+        print("a traceback line quoting https://u:PW@host/x?token=TOK", file=sys.stderr)
+    finally:
+        sys.stdout, sys.stderr = saved
+    err = capsys.readouterr().err
+    assert "PW" not in err and "TOK" not in err and "https://***@host/x?token=***" in err
+
+
+@pytest.mark.parametrize("source", ["vl_checklist", "aro"])
+def test_w42_w43_a_record_naming_a_field_twice_is_rejected_not_read_as_its_last(source, tmp_path):
+    import shutil
+
+    from conftest import eval_sets_args
+
+    vl, aro = tmp_path / "vl", tmp_path / "aro.json"
+    shutil.copytree(ROOT / "samples" / "vl_checklist", vl)
+    shutil.copyfile(ROOT / "samples" / "aro" / "visual_genome_attribution.json", aro)
+    if source == "aro":
+        text = aro.read_text()
+        aro.write_text(text.replace('"true_caption"', '"true_caption": "a swapped caption", "true_caption"', 1))
+    else:
+        path = next(vl.rglob("*.json"))
+        text = path.read_text()
+        path.write_text(text.replace('"POS"', '"POS": ["a pair named twice"], "POS"', 1))
+    assert main(eval_sets_args(tmp_path / "out", vl, aro)) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    table = "swap" if source == "aro" else "replace"
+    assert report["tables"][table]["reject_reasons"].get("repeated_field") == 1
+
+
+def test_w50_w51_a_publish_dir_with_dotdot_or_the_output_folder_itself_is_refused(run_folder, capsys):
+    assert main(["--stage=publish", f"--output_dir={run_folder}",
+                 f"--publish_dir={run_folder / 'nothere' / '..' / 'hub2'}"]) == 2
+    assert "without '..'" in capsys.readouterr().err and not (run_folder / "hub2").exists()
+    assert main(["--stage=publish", f"--output_dir={run_folder}", f"--publish_dir={run_folder}"]) == 2
+    assert "is the output folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,kind", [("report.json", "fifo"), ("settings.json", "folder"), ("shards", "file")])
+def test_w62_an_images_folder_entry_of_the_wrong_kind_is_refused_before_any_work(name, kind, tmp_path):
+    from argparse import Namespace
+
+    from pipeline.options import UsageError
+    from pipeline.stages.images import check_images_path
+
+    out = tmp_path / "out"
+    (out / "images").mkdir(parents=True)
+    path = out / "images" / name
+    os.mkfifo(path) if kind == "fifo" else path.mkdir() if kind == "folder" else path.write_text("x")
+    with pytest.raises(UsageError, match=f"{name} is not a"):
+        check_images_path(Namespace(output_dir=str(out), images_dir=None))

@@ -21,7 +21,7 @@ from pipeline.options import (
     MAX_RECORD_BYTES,
 )
 from pipeline.perturb.outcomes import Reject
-from pipeline.perturb.text import has_surrogates
+from pipeline.perturb.text import has_surrogates, printable
 from pipeline.tables.shards import stream_sha256
 
 READ = "read"
@@ -289,8 +289,22 @@ def read_json(path: str, version: tuple = (), names_once: bool = False):
         raise InputFileError(f"{path}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}){hint}") from None
 
 
-def read_json_list(path: str) -> list:
-    data = read_json(path)
+def nested_repeated_name(value) -> str | None:
+    """The first name an object anywhere in value (parsed with fields_of) gives twice, else None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if repeated_name(item) is not None:
+            return repeated_name(item)
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def read_json_list(path: str, names_once: bool = False) -> list:
+    data = read_json(path, names_once=names_once)
     if not isinstance(data, list):
         raise InputFileError(f"{path}: expected a JSON list of records, found a JSON {type(data).__name__}")
     return data
@@ -455,11 +469,15 @@ class _ParseFile(beam.DoFn):
 
     def process(self, entry):
         path, source_file, context = entry
-        records = read_json_list(path)
+        records = read_json_list(path, names_once=True)
         yield beam.pvalue.TaggedOutput(READ, (source_file, len(records)))
         for index, raw in enumerate(records):
             try:
                 self.bounds.check_depth(raw)
+                repeated = nested_repeated_name(raw)
+                if repeated is not None:  # json keeps the last of the two silently: which one is meant cannot be told
+                    raise Reject("repeated_field", f"field {printable(repeated)[:80]!r} appears twice; which one "
+                                                   f"holds the record cannot be told")
                 yield self.normalise(raw, source_file, index, **context, bounds=self.bounds)
             except Reject as skip:
                 yield reject_letter(self.stage, self.table, self.source, source_file, index, skip, raw, self.bounds)

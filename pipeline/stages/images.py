@@ -92,6 +92,12 @@ def check_images_path(opts: HardposOptions) -> None:
     if planted:
         raise UsageError(f"--images_dir {out}: {planted} is a symbolic link, which the images stage never writes "
                          f"through; remove it")
+    for name, wanted, kind in ((core.SHARDS, os.path.isdir, "a folder"), (core.INDEX, os.path.isdir, "a folder"),
+                               (REPORT_FILE, os.path.isfile, "a file"), (core.SETTINGS_FILE, os.path.isfile, "a file")):
+        path = os.path.join(out, name)
+        if os.path.lexists(path) and not wanted(path):  # a FIFO at report.json hung the stage; a file at shards/
+            raise UsageError(f"--images_dir {out}: {name} is not {kind}, where the images stage keeps {kind} {name}; "
+                             f"move it away")
     release = published_folder_holding(out)
     if release is not None:
         raise UsageError(f"--images_dir {out} is in the published folder {release}; the images stage needs a folder "

@@ -96,6 +96,12 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     the output folder however it is named) and is no link itself (check_not_link). PublishError (one line) before
     anything is written."""
     check_not_link(target)
+    if ".." in Path(target).parts:  # through a folder that does not exist yet, a later write by this name fails
+        raise PublishError(f"--publish_dir {target}: name the folder without '..'")
+    real, out = Path(os.path.realpath(target)), Path(os.path.realpath(output_dir))
+    if out == real or out.is_relative_to(real):
+        raise PublishError(f"--publish_dir {target} is {'the output folder' if out == real else 'above it'}, which "
+                           f"holds the runs it publishes; publish into a folder of its own (default <output_dir>/hub)")
     problem = folder_path_problem("--publish_dir", target, output_dir)
     if problem:
         raise PublishError(problem)
@@ -192,9 +198,9 @@ def check_inputs(opts: HardposOptions) -> None:
         except ValueError as e:
             raise UsageError(str(e)) from None
     try:
+        check_publish_path(publish_dir(opts), Path(opts.output_dir))
         find_tables(opts.output_dir, verify=False, allow_partial=opts.allow_partial, exclude=(publish_dir(opts),),
                     leave_out_empty=opts.leave_out_empty)
-        check_publish_path(publish_dir(opts), Path(opts.output_dir))
         earlier_publish(publish_dir(opts))
     except PublishError as e:
         raise UsageError(str(e)) from None

@@ -603,4 +603,7 @@ def main_suites(args, started: float) -> int:
 
 
 if __name__ == "__main__":
+    from pipeline.urls import redact_output
+
+    redact_output()  # before anything prints: no secret of a flag reaches the terminal
     sys.exit(main())
