@@ -187,11 +187,12 @@ _MAYBE_PATH_FLAGS = ("model", "ranker_model")
 
 def _check_url_schemes(opts: HardposOptions) -> None:
     """UsageError (one line, the URL redacted) for a path flag naming a URL that no Beam file system reads (http://,
-    an unknown scheme, gs:// without the gcp extra): Beam's ValueError, raised later, was a traceback."""
+    an unknown scheme, gs:// without the gcp extra): Beam's ValueError, raised later, was a traceback. Not
+    --image_root, whose http(s) URLs img2dataset fetches (the images stage checks its schemes)."""
     from pipeline.sources.corpus import split_patterns
     from pipeline.urls import redacted
 
-    named = [(flag, getattr(opts, flag, None)) for flag in _PATH_FLAGS]
+    named = [(flag, getattr(opts, flag, None)) for flag in _PATH_FLAGS if flag != "image_root"]  # fetched, not read
     named += [(flag, p) for flag in ("captions", "reference_captions") for p in split_patterns(getattr(opts, flag, None)
                                                                                                or [])]
     for flag, value in named:

@@ -96,8 +96,12 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     the output folder however it is named) and is no link itself (check_not_link). PublishError (one line) before
     anything is written."""
     check_not_link(target)
-    if ".." in Path(target).parts:  # through a folder that does not exist yet, a later write by this name fails
-        raise PublishError(f"--publish_dir {target}: name the folder without '..'")
+    parts = Path(target).parts
+    missing = next((Path(*parts[:i]) for i, part in enumerate(parts) if part == ".." and not Path(*parts[:i]).is_dir()),
+                   None)
+    if missing is not None:  # `<out>/nothere/../hub`: every later write by this name would fail
+        raise PublishError(f"--publish_dir {target}: its '..' follows {missing}, which is no folder; name the folder "
+                           f"without '..'")
     real, out = Path(os.path.realpath(target)), Path(os.path.realpath(output_dir))
     if out == real or out.is_relative_to(real):
         raise PublishError(f"--publish_dir {target} is {'the output folder' if out == real else 'above it'}, which "
