@@ -111,6 +111,13 @@ def order_rows(n: int, word: str = "dog") -> list[dict]:
             for i in range(n)]
 
 
+def order_run(tmp_path: Path) -> Path:
+    """<tmp_path>/out holding one run folder, run/, with a 3-row order_eval table: the folder the publish probes'
+    tests publish (--output_dir=<tmp_path>/out, the release in out/hub)."""
+    write_run_folder(tmp_path / "out" / "run", "order_eval", order_rows(3, "own"))
+    return tmp_path / "out"
+
+
 def write_table(output_dir: Path, folder: str, schema_name: str, rows: list[dict]) -> None:
     """<output_dir>/<folder>/<split>-00000-of-00001.parquet, recorded in output_dir's report.json, as the stages
     write it."""

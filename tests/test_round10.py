@@ -18,7 +18,7 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import MANIFEST, NEXT
 from pipeline.tables.load import load_table
-from tests.image_fixtures import order_rows
+from tests.image_fixtures import order_rows, order_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CAPTIONS = ROOT / "samples" / "coco" / "captions_sample.json"
@@ -27,8 +27,7 @@ REPLAY = ROOT / "samples" / "coco" / "hard_positives_replay.jsonl"
 
 @pytest.fixture
 def out(tmp_path) -> Path:
-    write_run_folder(tmp_path / "out" / "run", "order_eval", order_rows(3, "own"))
-    return tmp_path / "out"
+    return order_run(tmp_path)
 
 
 @pytest.mark.parametrize("planted", ["data", "README.md", MANIFEST])

@@ -26,7 +26,7 @@ from pipeline.publish.layout import write_run_folder
 from pipeline.run import main
 from pipeline.tables.folders import MANIFEST, NEXT
 from pipeline.tables.load import load_table
-from tests.image_fixtures import order_rows
+from tests.image_fixtures import order_rows, order_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CAPTIONS = ROOT / "samples" / "coco" / "captions_sample.json"
@@ -197,8 +197,7 @@ def test_v21_the_evaluator_never_writes_through_a_link_in_its_out(tmp_path, caps
 
 @pytest.fixture
 def run_folder(tmp_path) -> Path:
-    write_run_folder(tmp_path / "out" / "run", "order_eval", order_rows(3, "own"))
-    return tmp_path / "out"
+    return order_run(tmp_path)
 
 
 def test_v26_no_release_in_the_llm_cache(positives, tmp_path, capsys):
