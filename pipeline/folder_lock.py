@@ -82,26 +82,43 @@ def lock_local(folder: str, holder: dict, flag: str) -> int:
     return fd
 
 
-def planted_link(flag: str, folder: str, files=(), folders=()) -> str | None:
+def planted_link(flag: str, folder: str, files=(), folders=(), file_names=None) -> str | None:
     """Why hardpos will not write into `folder`, its own output folder: a symbolic link anywhere in it (hardpos makes
     none and never writes through one: a link at log.jsonl, checkpoints/ or a per-model folder would have the run
     overwrite or delete files anywhere), or one of the entries it writes of the wrong kind (`files` must be regular
-    files, `folders` folders, where they exist). None when there is none."""
+    files, `folders` folders, where they exist; so must every entry whose path in the folder `file_names`, a
+    compiled pattern, matches whole: the names a run gives its checkpoints and their temporary files). None when
+    there is none."""
     if not os.path.isdir(folder):
         return None
     for here, dirs, names in os.walk(folder):
         for name in sorted(dirs + names):
             path = os.path.join(here, name)
+            shown = os.path.relpath(path, folder)
             if os.path.islink(path):
-                shown = os.path.relpath(path, folder)
                 return (f"{flag}={folder}: {shown} is a symbolic link (to {os.readlink(path)}), which hardpos did not "
                         f"make and never writes through; remove it")
+            if file_names is not None and file_names.fullmatch(shown.replace(os.sep, "/")) \
+                    and not os.path.isfile(path):
+                return (f"{flag}={folder}: {shown} is not a file, where hardpos writes a file of that name; move it "
+                        f"away")
     for names, wanted, kind in ((files, os.path.isfile, "a file"), (folders, os.path.isdir, "a folder")):
         for name in names:
             path = os.path.join(folder, name)
             if os.path.lexists(path) and not wanted(path):
                 return f"{flag}={folder}: {name} is not {kind}, where hardpos writes {kind} {name}; move it away"
     return None
+
+
+KERNEL_FOLDERS = ("/proc/", "/sys/")  # a device under /dev/ is no regular file: refused as one
+
+
+def kernel_file(path) -> bool:
+    """Whether a local path is (or links to) a file of the kernel's, such as /proc/self/environ: stat calls it a
+    regular file of 0 bytes, yet it reads as the process's environment, secrets included. Never data to read."""
+    if "://" in str(path):
+        return False
+    return (os.path.realpath(path) + "/").startswith(KERNEL_FOLDERS)
 
 
 def open_new(path, mode: int = 0o644) -> int:

@@ -57,6 +57,22 @@ def int_in(low: int, high: int = INT64_MAX):
     return parse
 
 
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]i?b?|b)?\s*", re.IGNORECASE)
+
+
+def _memory_limit(text: str) -> str:
+    """An argparse type for a Dask worker's memory: auto, a size (3GiB, 2.5GB, 512MiB, bytes) or a fraction of the
+    machine's memory (0.5), as Dask reads it; else a one-line error (Dask's own was a traceback at start-up)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    found = _MEMORY.fullmatch(text)
+    if not found or float(found.group(1)) <= 0 or (found.group(2) is None and "." in found.group(1)
+                                                     and float(found.group(1)) > 1):
+        raise argparse.ArgumentTypeError(f"must be auto, a size such as 3GiB or 2GB, or a fraction such as 0.5, got "
+                                         f"{text.strip():.40}")
+    return text.strip()
+
+
 def float_in(low: float, high: float, above_low: bool = False):
     """An argparse type: a finite number from low (or above it) to high, else a one-line error naming the range.
     NaN and infinity are refused: every comparison with NaN is false, so it would pass any later check."""
@@ -117,7 +133,7 @@ def _flags_what_to_run(group) -> None:
     group.add_argument("--dask_workers", type=int_in(0, 1024), default=0,
                        help="--runner=DaskRunner without --dask_client_address: the local cluster's worker "
                             "processes (0: Dask's default, one per core; one thread each either way).")
-    group.add_argument("--dask_memory_limit", default="auto",
+    group.add_argument("--dask_memory_limit", default="auto", type=_memory_limit,
                        help="--runner=DaskRunner local cluster: memory per worker, e.g. 3GiB (auto: the machine's "
                             "memory shared out); a worker past 60%% of it spills what it holds to disk, so a run "
                             "of any size keeps to it. See docs/corpora.md.")

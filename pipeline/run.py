@@ -119,6 +119,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     opts = options.view_as(HardposOptions)
     check_runner(options.view_as(StandardOptions).runner)
     _check_url_schemes(opts)
+    _check_dask_address(options)
     _absolute_local_paths(opts)
     _fixed_runner(options)
     pin_local_runner(options)
@@ -137,6 +138,10 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         problem = folder_problem(opts.spill_dir)
         if problem:
             raise UsageError(f"--spill_dir={opts.spill_dir}: {problem}")
+        release = published_folder_holding(opts.spill_dir)
+        if release is not None:  # a spill folder left there by a killed run would stop the release's next publish
+            raise UsageError(f"--spill_dir={opts.spill_dir} is in the published folder {release}, which no run writes "
+                             f"into; choose a folder of its own")
     if opts.stage != "publish" and "://" not in opts.output_dir:
         # a release folder holding a run too (load_table could not tell which table is meant), or a run committed
         # into a release's data/ (its shards replaced under the manifest)
@@ -183,6 +188,16 @@ def _resolve_defaults(opts: HardposOptions) -> None:
 _PATH_FLAGS = ("output_dir", "spill_dir", "vl_checklist_root", "aro_vga", "replace_table", "coco_captions", "llm_replay",
                "cache_dir", "hard_positives_dir", "train_negatives_dir", "image_root", "images_dir", "publish_dir")
 _MAYBE_PATH_FLAGS = ("model", "ranker_model")
+
+
+def _check_dask_address(options: PipelineOptions) -> None:
+    """A Dask scheduler's address holds no user or password: one that has an '@' is refused without being shown
+    (Dask's own error quotes it without its scheme, where no redaction finds its secret)."""
+    found = options.get_all_options(retain_unknown_options=True)
+    address = found.get("address") or found.get("dask_client_address")  # DaskOptions' dest, or not yet known
+    if isinstance(address, str) and "@" in address:
+        raise UsageError("--dask_client_address holds an '@' (a user or password?): a Dask scheduler's address is "
+                         "tcp://HOST:PORT (not shown here, lest it holds a secret)")
 
 
 def _check_url_schemes(opts: HardposOptions) -> None:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import re
 
-_USERINFO = re.compile(r"(?<=://)[^/?#]*@")  # greedy: up to the authority's last @
+# After scheme:// or scheme:/ (a library that joins a URL as a path, as `datasets` does, leaves one slash).
+_USERINFO = re.compile(r"(?<=:/)(/?)[^/?#]*@")  # greedy: up to the authority's last @
 _QUERY_VALUE = re.compile(r"([?&;][^=&#;\s]*=)[^&#;\s]*")
 _BARE_QUERY = re.compile(r"\?([^=&#\s]+)(?=$|#)")
-_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*:/[^\s'\"<>]+")
 
 
 def redacted(url: str) -> str:
     """The URL with its userinfo and query values as ***."""
-    url = _USERINFO.sub("***@", str(url), count=1)
+    url = _USERINFO.sub(r"\1***@", str(url), count=1)
     url = _QUERY_VALUE.sub(r"\1***", url)
     return _BARE_QUERY.sub("?***", url)
 
@@ -50,15 +51,33 @@ def hidden_why(url: str) -> str | None:
     return None
 
 
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
+
+
+def secret_values() -> list[str]:
+    """The values of the environment's secrets (OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY...: a name holding
+    KEY, TOKEN, SECRET, PASSW or CREDENTIAL, a value of 8 characters or more), longest first."""
+    import os
+
+    found = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8}
+    return sorted(found, key=lambda v: (-len(v), v))
+
+
 class _Redacting:
-    """A text stream that writes every URL with its secrets as *** (redact_urls): what a process prints, a traceback
-    or a library's log line included, never shows a password or a query value given in a flag."""
+    """A text stream that writes every URL with its secrets as *** (redact_urls), and the environment's secret values
+    as *** wherever they appear (a file's content quoted in an error, a library's message): what a process prints, a
+    traceback or a library's log line included, never shows a password, a query value or a key."""
 
     def __init__(self, stream):
         self._stream = stream
+        self._secrets = secret_values()
 
     def write(self, text):
-        return self._stream.write(redact_urls(text) if "://" in text else text)
+        text = redact_urls(text) if ":/" in text else text
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return self._stream.write(text)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

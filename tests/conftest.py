@@ -20,10 +20,10 @@ SHARED_DATA = Path(os.environ.get("HARDPOS_SHARED_DATA", REPO.parent / "shared" 
 PROGRESS_LINE = re.compile(r"^\[\w+ +[\d.]+s\] ")
 
 
-def run_cli(*args: str, module: str = "pipeline.run") -> subprocess.CompletedProcess:
-    """The command as a user types it, in a fresh interpreter."""
+def run_cli(*args: str, module: str = "pipeline.run", env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command as a user types it, in a fresh interpreter (`env`: its environment, default this one's)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
 
 
 def run_without_pipeline(code: str, *args: str) -> subprocess.CompletedProcess:

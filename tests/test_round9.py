@@ -138,7 +138,7 @@ def test_t43_a_damaged_images_settings_file_is_one_line(content, tmp_path):
     from pipeline.publish.images import settings_problem
 
     (tmp_path / "settings.json").write_text(content)
-    assert "is not the settings file the images stage writes" in settings_problem(str(tmp_path), "webdataset", 0)
+    assert "the images stage did not write it this way" in settings_problem(str(tmp_path), "webdataset", 0)
 
 
 def test_t35_the_images_folder_is_never_in_a_published_folder(out):

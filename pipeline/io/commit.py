@@ -44,7 +44,14 @@ from pipeline.folder_lock import LOCK_FILE, LockRefused, held_by_another, holder
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.report import format_markdown, merge_reports, read_json, write_json
 from pipeline.options import UsageError
-from pipeline.tables.folders import COMMIT_FILE, REPORT_FILE, STAGING_MARK, STAGING_PREFIX, local_staging_folders
+from pipeline.tables.folders import (
+    COMMIT_FILE,
+    REPORT_FILE,
+    STAGING_MARK,
+    STAGING_PREFIX,
+    is_published_folder,
+    local_staging_folders,
+)
 from pipeline.tables.shards import SHARD_NAME, shard_glob
 
 DAMAGED_PREFIX = ".damaged-"  # a staging folder whose commit record cannot be read, set aside
@@ -380,6 +387,10 @@ def refuse_links(target: str, tables) -> None:
             found = "a folder" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "not a regular file"
             raise UsageError(f"--output_dir={target}: {name} is {found}, where a run writes its "
                              f"{'table folder' if folder else 'file'} {name}; move it away or choose another "
+                             f"--output_dir")
+        if folder and is_published_folder(Path(path)):  # its shards would land beside the release's card and manifest
+            raise UsageError(f"--output_dir={target}: {name} is a published folder (--stage=publish made it there), "
+                             f"where a run writes its table folder {name}; move the release or choose another "
                              f"--output_dir")
 
 

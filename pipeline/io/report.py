@@ -141,7 +141,7 @@ def read_own_file(path: str) -> bytes:
             "not a regular file" if not stat.S_ISREG(mode) else f"{found.st_size:,} bytes, more than any report"
         raise ValueError(f"{path}: {kind}, not a file hardpos wrote")
     with os.fdopen(fd, "rb") as f:
-        return f.read(OWN_FILE_LIMIT + 1)
+        return f.read(min(found.st_size, OWN_FILE_LIMIT) + 1)  # read(n) allocates n bytes up front
 
 
 def format_summary(report: dict) -> str:

@@ -88,6 +88,10 @@ def _is_int(value) -> bool:  # one the tables' int64 columns hold
     return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
+def _is_count(value) -> bool:  # one the tables' int32 columns hold (output_tokens, max_new_tokens), never below 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
+
+
 def _is_number(value) -> bool:
     return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
@@ -104,7 +108,8 @@ def _is_text(value) -> bool:
 def valid_entry(entry) -> bool:
     """An entry of the shape write_entries writes (generate.answer_batch): a key, at least one attempt, each with its
     text and a finish reason other than an error, its sampling and token count of the right types, and `accepted`
-    None or one of the attempts, numbers an int64 or a float column holds, text with no lone surrogate. Any other
+    None or one of the attempts, numbers the tables' columns hold (token counts int32 and not negative, a seed
+    int64, floats finite), text with no lone surrogate. Any other
     line is damaged: a line that parses but has no attempts, an attempt with no finish reason, a seed of 2^70 or a
     \\ud800 in a caption would otherwise be taken for an answer, or stop the run in a traceback."""
     if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or not _is_text(entry):
@@ -116,11 +121,11 @@ def valid_entry(entry) -> bool:
         if not isinstance(attempt, dict) or not isinstance(attempt.get("text"), str) \
                 or not isinstance(attempt.get("finish_reason"), str) or attempt["finish_reason"] == "error":
             return False
-        if "output_tokens" in attempt and not _is_int(attempt["output_tokens"]):
+        if "output_tokens" in attempt and not _is_count(attempt["output_tokens"]):
             return False
         sampling = attempt.get("sampling", {})
         if not isinstance(sampling, dict) or not all(
-                check(sampling[name]) for name, check in (("max_new_tokens", _is_int), ("temperature", _is_number),
+                check(sampling[name]) for name, check in (("max_new_tokens", _is_count), ("temperature", _is_number),
                                                           ("top_p", _is_number)) if name in sampling) \
                 or not (sampling.get("seed") is None or _is_int(sampling["seed"])):
             return False

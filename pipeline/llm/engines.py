@@ -290,8 +290,8 @@ class _Hashing:
 def _replay_records(path: str, f, max_line_bytes: int, seen):
     """read_replay's records from the open (decompressed) stream f, each checked, its digests added to seen."""
     from pipeline.llm.prompts import LLM_NEGATIVE_TYPES, POSITIVE_TYPES
-    from pipeline.perturb.text import has_surrogates
-    from pipeline.sources.files import LongLine, stream_lines
+    from pipeline.perturb.text import has_surrogates, printable
+    from pipeline.sources.files import LongLine, fields_of, repeated_name, stream_lines
 
     for number, raw in enumerate(stream_lines(f, max_line_bytes), 1):
         if isinstance(raw, LongLine):
@@ -305,9 +305,12 @@ def _replay_records(path: str, f, max_line_bytes: int, seen):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=fields_of)
         except (ValueError, RecursionError) as e:
             raise ReplayError(f"{path}:{number}: not JSON ({str(e).splitlines()[0][:200]})") from None
+        if repeated_name(record) is not None:  # json keeps the last of the two: which one is the answer?
+            raise ReplayError(f"{path}:{number}: field {printable(repeated_name(record))[:80]!r} appears twice; "
+                              f"which one is meant is not known")
         if isinstance(record, dict) and "type" not in record and "positive_type" in record:
             record["type"] = record.pop("positive_type")
         if not isinstance(record, dict) or not all(isinstance(record.get(k), str)

@@ -11,7 +11,7 @@ from collections import Counter
 import pyarrow as pa
 import yaml
 
-from pipeline.io.report import REPORT_FILE, separability_line
+from pipeline.io.report import REPORT_FILE, read_own_file, separability_line
 from pipeline.tables.folders import Table
 from pipeline.tables.shards import VERIFY_PAGES, read_table
 
@@ -311,9 +311,10 @@ def _built_with(tables: list[Table]) -> str:
     writers: dict[str, list[str]] = {}
     for t in tables:
         try:
-            info = json.loads((t.run_dir / REPORT_FILE).read_text(encoding="utf-8")).get("hardpos")
-        except (OSError, ValueError):
+            info = json.loads(read_own_file(str(t.run_dir / REPORT_FILE))).get("hardpos")
+        except (OSError, ValueError, RecursionError, AttributeError):
             info = None
+        info = info if isinstance(info, dict) else None
         writers.setdefault(name(info), []).append(f"`{t.config}`")
     made = "; ".join(f"{', '.join(configs)} by {writer}" for writer, configs in writers.items())
     return f"{made}; published by {name(build_info())}"

@@ -469,7 +469,7 @@ def verify_shards(images_dir: str, threads: int = 4, max_values: int = MAX_PIXEL
     removed: dict[str, str] = {}
     for name in complete_shards(shards_dir):
         stats_path = os.path.join(shards_dir, f"{name}_stats.json")
-        stats = json.loads(Path(stats_path).read_text())
+        stats = own_json(stats_path, STATS_HINT)
         if stats.get(VERIFIED) and isinstance(stats.get(STORED_SHA256), dict):
             continue
         meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "image_key", "status"])
@@ -511,7 +511,7 @@ def take_out_changed(images_dir: str, attempts: Mapping[str, Attempt], keys: Ite
     changed: set[str] = set()
     for name, members in sorted(by_shard.items()):
         stats_path = os.path.join(shards_dir, f"{name}_stats.json")
-        stats = json.loads(Path(stats_path).read_text())
+        stats = own_json(stats_path, STATS_HINT)
         recorded = stats.get(STORED_SHA256) or {}
         bad: dict[str, str] = {}
         seen = set()
@@ -536,13 +536,10 @@ def settings_problem(images_dir: str, image_format: str, image_size: int) -> str
     if not os.path.exists(path):
         return None
     try:
-        earlier = json.loads(Path(path).read_text(encoding="utf-8"))
-        why = None if isinstance(earlier, dict) else f"a JSON {type(earlier).__name__}"
-    except (OSError, ValueError, RecursionError) as e:  # a crash or a full disk may leave it empty
-        why = (str(e).splitlines() or [type(e).__name__])[0][:80]
-    if why is not None:
-        return (f"{path} is not the settings file the images stage writes ({why}); move it away, or use another "
-                f"--images_dir")
+        earlier = own_json(path)  # a crash or a full disk may leave it empty
+    except (OSError, PlantedEntry) as e:
+        return f"{e}, or use another --images_dir" if isinstance(e, PlantedEntry) else \
+            f"{path} cannot be read ({e.strerror or e}); move it away, or use another --images_dir"
     for flag, value in (("image_format", image_format), ("image_size", image_size)):
         if earlier.get(flag) != value:
             return (f"--{flag}={value}, but the shards in {images_dir} were made with --{flag}={earlier.get(flag)}; "
@@ -707,7 +704,35 @@ def wanted_images(tables: list[ImageTable]) -> dict[str, str]:
 
 
 class PlantedEntry(ValueError):
-    """A link or special file in shards/ (refuse_planted)."""
+    """A link or special file in shards/ (refuse_planted), or a file of the stage's own that it did not write
+    (own_json)."""
+
+
+STATS_HINT = " (a shard whose _stats.json is moved away is fetched again)"
+OWN_JSON_LIMIT = 64 << 20  # a shard's _stats.json, settings.json, report.json: kilobytes to a few MB
+
+
+def own_json(path: str, hint: str = "") -> dict:
+    """A JSON object file the images stage (or img2dataset) wrote: read without blocking, only when it is a regular
+    file of at most OWN_JSON_LIMIT bytes holding a JSON object. PlantedEntry (one line) otherwise: a 1 GiB sparse
+    file is never read whole, an empty, a '[]' or a deeply nested one is no traceback. OSError as open raises it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        found = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(found.st_mode):
+            why = "not a regular file"
+        elif found.st_size > OWN_JSON_LIMIT:
+            why = f"{found.st_size:,} bytes, more than the stage ever writes"
+        else:
+            try:
+                value = json.loads(f.read(found.st_size + 1))  # as big as the file: read(n) allocates n
+                why = None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
+            except (ValueError, RecursionError) as e:
+                why = "not JSON" if isinstance(e, RecursionError) else (str(e).splitlines() or ["not JSON"])[0][:80]
+    if why is not None:
+        raise PlantedEntry(f"{path}: {why}; the images stage did not write it this way: move it away{hint}")
+    return value
 
 
 def refuse_planted(shards_dir: str) -> None:

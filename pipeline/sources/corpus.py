@@ -337,7 +337,8 @@ def _missing_column(f: InputFile, columns: Columns, names, where: str) -> None:
     the two, silently)."""
     missing = [c for c in (columns.caption, columns.key) if c not in names]
     if missing:
-        raise UsageError(f"{f.path}: no column {missing[0]!r} {where}(columns: {', '.join(names)}); name it with "
+        shown = ", ".join(printable(str(n))[:40] for n in list(names)[:12]) + (", ..." if len(names) > 12 else "")
+        raise UsageError(f"{f.path}: no column {missing[0]!r} {where}(columns: {shown}); name it with "
                          f"--{'caption' if missing[0] == columns.caption else 'id'}_column")
     repeated = next((c for c in columns.read() if list(names).count(c) > 1), None)
     if repeated:

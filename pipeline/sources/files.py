@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.folder_lock import kernel_file
 from pipeline.io.dead_letters import REJECTED, dead_letter
 from pipeline.options import (
     JSON_DEPTH_LIMIT,
@@ -111,6 +112,8 @@ def regular_file_problem(path: str) -> str | None:
         mode = os.stat(path).st_mode
     except OSError as e:
         return f"cannot read ({e.strerror or e})"
+    if kernel_file(path):  # /proc/self/environ is "regular", and holds the process's secrets
+        return f"a file of the kernel's ({os.path.realpath(path)}), not data: only files are read"
     if stat.S_ISREG(mode):
         return None
     kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \

@@ -10,10 +10,8 @@ run.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -105,9 +103,10 @@ def check_images_path(opts: HardposOptions) -> None:
     report = os.path.join(out, REPORT_FILE)
     if os.path.isfile(report) or os.path.abspath(out) == os.path.abspath(opts.output_dir):
         try:
-            stage = json.loads(Path(report).read_text(encoding="utf-8")).get("stage") if os.path.isfile(report) \
-                else None
-        except (OSError, ValueError, AttributeError):
+            stage = core.own_json(report).get("stage") if os.path.isfile(report) else None
+        except core.PlantedEntry as e:  # a crash may leave the stage's own report empty: not a run's either
+            raise UsageError(str(e)) from None
+        except OSError:
             stage = "?"
         if stage != STAGE:  # its report.json would replace a run's, whose tables would then be lost
             raise UsageError(f"--images_dir {out} is a run folder (or the output folder itself); the images "

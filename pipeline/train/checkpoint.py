@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -102,11 +103,18 @@ def link_latest(path: Path) -> None:
         raise
 
 
+# The files a run writes in --out: checkpoints, and the temporary names they are saved under (atomic_save). Entries
+# of these names must be files (finetune's start-up check): a folder there would stop a run at its first save.
+OWN_FILES = re.compile(r"checkpoints/\.?step_\d+\.pt(\.tmp)?|checkpoints/\.latest\.pt\.tmp|\.final\.pt\.tmp")
+STEP_FILE = re.compile(r"step_(\d+)\.pt")
+
+
 def prune_checkpoints(folder: Path, keep: int) -> None:
+    """Removes all but the `keep` latest step_<N>.pt; files of other names (a user's step_final.pt) stay."""
     if keep <= 0:
         return
-    steps = sorted(folder.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    for old in steps[:-keep]:
+    steps = sorted((int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := STEP_FILE.fullmatch(p.name)))
+    for _, old in steps[:-keep]:
         old.unlink()
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from pipeline.folder_lock import LockRefused, holder_record, lock_local, planted_link, write_own
 from pipeline.train.checkpoint import (
+    OWN_FILES,
     atomic_save,
     check_resume_args,
     link_latest,
@@ -369,7 +370,7 @@ def out_lock(out: str):
         raise UsageError(str(e)) from None
     try:
         problem = planted_link("--out", out, files=["log.jsonl", "final.pt", "summary.json", "checkpoints/latest.pt"],
-                               folders=["checkpoints"])
+                               folders=["checkpoints"], file_names=OWN_FILES)
         if problem:
             raise UsageError(problem)
         yield
@@ -395,14 +396,29 @@ def truncate_log(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = []
-    for line in path.read_text().splitlines():
+    for line in _log_lines(path):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(record, dict) and type(record.get("step")) is int and record["step"] <= step:
-            kept.append(line)
-    write_own(path, "".join(line + "\n" for line in kept).encode())
+            kept.append(line + b"\n")
+    write_own(path, b"".join(kept))
+
+
+LOG_LINE_BYTES = 1 << 20  # a log line is under 1 KB; a longer one is damage, dropped without being held
+
+
+def _log_lines(path: Path):
+    """The lines of log.jsonl, each read with a bound: a 1 GiB line (a sparse file, no line break) is skipped in
+    1 MiB pieces, never held whole."""
+    with open(path, "rb") as f:
+        while line := f.readline(LOG_LINE_BYTES + 1):
+            if len(line) > LOG_LINE_BYTES:
+                while line and not line.endswith(b"\n"):
+                    line = f.readline(LOG_LINE_BYTES)
+                continue
+            yield line.rstrip(b"\n")
 
 
 # ------------------------------------------------------------------------------------------------ training

@@ -20,12 +20,14 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from pipeline.folder_lock import kernel_file
 from pipeline.perturb import substitution
 from pipeline.tables.folders import PublishError
 from pipeline.train.clip import UsageError
@@ -63,6 +65,9 @@ def read_substitution_file(path: str) -> list[tuple[str, str]]:
         found = Path(path).stat()
         if not stat.S_ISREG(found.st_mode):  # a FIFO or /dev/zero would never end
             raise UsageError(f"--finetune_substitutions: {path} is not a regular file")
+        if kernel_file(path):
+            raise UsageError(f"--finetune_substitutions: {path} is a file of the kernel's ({os.path.realpath(path)}), "
+                             f"not a list of substitutions")
         if found.st_size > MAX_SUBSTITUTION_BYTES:
             raise UsageError(f"--finetune_substitutions: {path} has {found.st_size:,} bytes, more than "
                              f"{MAX_SUBSTITUTION_BYTES:,} (a list of `old -> new` lines)")
@@ -79,7 +84,8 @@ def read_substitution_file(path: str) -> list[tuple[str, str]]:
             continue
         old, arrow, new = (part.strip() for part in line.partition("->"))
         if not (arrow and old and new):
-            raise UsageError(f"--finetune_substitutions: {path}:{number}: {line!r} is not `old -> new`")
+            shown = f"{line[:80]!r}{'...' if len(line) > 80 else ''}"
+            raise UsageError(f"--finetune_substitutions: {path}:{number}: {shown} is not `old -> new`")
         pairs.append((old, new))
     return pairs
 
