@@ -70,5 +70,5 @@ setup(
         "numpy",
     ],
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["hardpos=pipeline.run:main"]},
+    entry_points={"console_scripts": ["hardpos=pipeline.run:cli"]},
 )

@@ -15,6 +15,8 @@ import stat
 import time
 import uuid
 
+from pipeline.urls import has_scheme
+
 LOCK_FILE = ".hardpos.lock"
 
 
@@ -116,7 +118,7 @@ KERNEL_FOLDERS = ("/proc/", "/sys/")  # a device under /dev/ is no regular file:
 def kernel_file(path) -> bool:
     """Whether a local path is (or links to) a file of the kernel's, such as /proc/self/environ: stat calls it a
     regular file of 0 bytes, yet it reads as the process's environment, secrets included. Never data to read."""
-    if "://" in str(path):
+    if has_scheme(str(path)):
         return False
     return (os.path.realpath(path) + "/").startswith(KERNEL_FOLDERS)
 

@@ -93,6 +93,7 @@ from pipeline.stages import (
     train_set,
 )
 from pipeline.tables.folders import MANIFEST, published_folder_holding, report_problem
+from pipeline.urls import has_scheme
 
 STAGES = {"eval_sets": eval_sets, "train_negatives": train_negatives, "order_eval": order_eval,
           "hard_positives": hard_positives, "train_set": train_set, "all": all_stages,
@@ -129,7 +130,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     if not opts.output_dir:
         raise UsageError("--output_dir is required")
     if opts.spill_dir and opts.spill_dir != "off":
-        if "://" in opts.spill_dir:
+        if has_scheme(opts.spill_dir):
             raise UsageError(f"--spill_dir={opts.spill_dir}: a folder on this machine's file system (or one its "
                              "workers share), not a URL")
         if runner_path(options.view_as(StandardOptions).runner) not in (LOCAL_RUNNER, FIXED_DASK):
@@ -142,7 +143,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
         if release is not None:  # a spill folder left there by a killed run would stop the release's next publish
             raise UsageError(f"--spill_dir={opts.spill_dir} is in the published folder {release}, which no run writes "
                              f"into; choose a folder of its own")
-    if opts.stage != "publish" and "://" not in opts.output_dir:
+    if opts.stage != "publish" and not has_scheme(opts.output_dir):
         # a release folder holding a run too (load_table could not tell which table is meant), or a run committed
         # into a release's data/ (its shards replaced under the manifest)
         release = published_folder_holding(opts.output_dir)
@@ -190,14 +191,18 @@ _PATH_FLAGS = ("output_dir", "spill_dir", "vl_checklist_root", "aro_vga", "repla
 _MAYBE_PATH_FLAGS = ("model", "ranker_model")
 
 
+# [protocol://]host[:port]: a host name, IPv4, or [IPv6]; nothing else (no user, password, path or query)
+_DASK_ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
 def _check_dask_address(options: PipelineOptions) -> None:
-    """A Dask scheduler's address holds no user or password: one that has an '@' is refused without being shown
-    (Dask's own error quotes it without its scheme, where no redaction finds its secret)."""
+    """A Dask scheduler's address is [protocol://]host[:port]: anything else (a user or password, a path, a query) is
+    refused without being shown (Dask's own error quotes it without its scheme, where no redaction finds it)."""
     found = options.get_all_options(retain_unknown_options=True)
     address = found.get("address") or found.get("dask_client_address")  # DaskOptions' dest, or not yet known
-    if isinstance(address, str) and "@" in address:
-        raise UsageError("--dask_client_address holds an '@' (a user or password?): a Dask scheduler's address is "
-                         "tcp://HOST:PORT (not shown here, lest it holds a secret)")
+    if isinstance(address, str) and not _DASK_ADDRESS.fullmatch(address):
+        raise UsageError("--dask_client_address is not a Dask scheduler's address, [PROTOCOL://]HOST:PORT (not shown "
+                         "here: a user, password or query in it may be a secret)")
 
 
 def _check_url_schemes(opts: HardposOptions) -> None:
@@ -211,7 +216,7 @@ def _check_url_schemes(opts: HardposOptions) -> None:
     named += [(flag, p) for flag in ("captions", "reference_captions") for p in split_patterns(getattr(opts, flag, None)
                                                                                                or [])]
     for flag, value in named:
-        if isinstance(value, str) and "://" in value:
+        if isinstance(value, str) and has_scheme(value):
             try:
                 FileSystems.get_filesystem(value)
             except ValueError:
@@ -227,11 +232,11 @@ def _absolute_local_paths(opts: HardposOptions) -> None:
     for flag in ("captions", "reference_captions"):  # lists of patterns
         values = getattr(opts, flag, None)
         if values:
-            setattr(opts, flag, [p if "://" in p or os.path.isabs(p) else os.path.abspath(p)
+            setattr(opts, flag, [p if has_scheme(p) or os.path.isabs(p) else os.path.abspath(p)
                                  for p in split_patterns(values)])
     for flag in _PATH_FLAGS + _MAYBE_PATH_FLAGS:
         value = getattr(opts, flag, None)
-        if not value or "://" in value or os.path.isabs(value) or (flag, value) == ("spill_dir", "off"):
+        if not value or has_scheme(value) or os.path.isabs(value) or (flag, value) == ("spill_dir", "off"):
             continue
         if flag in _PATH_FLAGS or os.path.exists(value):
             setattr(opts, flag, os.path.abspath(value))
@@ -644,11 +649,17 @@ def _quiet_when_said(record: logging.LogRecord) -> bool:
                                                                or input_changed(record.exc_info[1])))
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The command (`python -m pipeline.run`, and the `hardpos` script setup.py installs): main with its output
+    redacted and Beam's logging set up."""
     from pipeline.urls import redact_output
 
     redact_output()  # before anything prints: no secret of a flag reaches the terminal
     logging.basicConfig(level=logging.WARNING)
-    for _handler in logging.getLogger().handlers:
-        _handler.addFilter(_quiet_when_said)
-    sys.exit(main())
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_quiet_when_said)
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -18,6 +18,15 @@ _BARE_QUERY = re.compile(r"\?([^=&#\s]+)(?=$|#)")
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*:/[^\s'\"<>]+")
 
 
+_SCHEME = re.compile(r"[a-zA-Z][-a-zA-Z0-9+.]*://")
+
+
+def has_scheme(path) -> bool:
+    """Whether a path names a file system by its scheme (gs://, s3://, http://), as Beam's FileSystems decide:
+    scheme:// at the start. `/data/x://../proc` is a local path, whatever it holds further on."""
+    return bool(_SCHEME.match(str(path).strip()))
+
+
 def redacted(url: str) -> str:
     """The URL with its userinfo and query values as ***."""
     url = _USERINFO.sub(r"\1***@", str(url), count=1)
@@ -57,9 +66,12 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
 def secret_values() -> list[str]:
     """The values of the environment's secrets (OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY...: a name holding
     KEY, TOKEN, SECRET, PASSW or CREDENTIAL, a value of 8 characters or more), longest first."""
+    import json
     import os
 
     found = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8}
+    # and as an error line may quote them: repr() or JSON escapes a backslash or a quote in the value
+    found |= {form for v in list(found) for form in (repr(v)[1:-1], json.dumps(v)[1:-1], ascii(v)[1:-1])}
     return sorted(found, key=lambda v: (-len(v), v))
 
 

@@ -1,0 +1,13 @@
+"""Checks of what the stages wrote, run as commands (`python -m pipeline.checks.negatives OUT`, ...)."""
+from __future__ import annotations
+
+from pipeline.options import UsageError
+from pipeline.sources.files import InputFileError
+
+# What an unreadable folder, report or captions file raises: a check says it in one line and exits 2.
+CHECK_INPUT_ERRORS = (OSError, ValueError, KeyError, TypeError, RecursionError, InputFileError, UsageError)
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300] if not isinstance(error, KeyError) else f"no {text} in the report"

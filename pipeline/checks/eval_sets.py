@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.io.parquet import shard_pattern
+from pipeline.checks import CHECK_INPUT_ERRORS, one_line
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.text import indefinite_article, lower_case, single_spaced, words
 from pipeline.sources import vl_checklist
@@ -174,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_dir")
     parser.add_argument("--vl_checklist_root", help="also check captions against the VL-CheckList source")
     args = parser.parse_args(argv)
-    checked, problems = check_output(args.output_dir, args.vl_checklist_root)
+    try:
+        checked, problems = check_output(args.output_dir, args.vl_checklist_root)
+    except CHECK_INPUT_ERRORS as e:  # an unreadable folder or source: one line, as the pipeline says it
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     for p in problems[:50]:
         print(p)
     summary = ", ".join(f"{n} {t} rows" for t, n in checked.items())
@@ -183,4 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from pipeline.urls import redact_output
+
+    redact_output()  # before anything prints: no secret of a flag reaches the terminal
     sys.exit(main())

@@ -28,6 +28,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 
+from pipeline.checks import CHECK_INPUT_ERRORS, one_line
 from pipeline.io.report import REPORT_FILE, read_json
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_replace import replaced_words_unrelated
@@ -39,7 +40,7 @@ from pipeline.tables.shards import read_table
 TABLE = "train_negatives"
 ORDER_TYPES = {"shuffle_nouns_and_adj", "shuffle_allbut_nouns_and_adj", "shuffle_within_trigrams",
                "shuffle_trigrams", "shuffle_bigrams"}
-SWAP_TYPES = {"swap", "negclip"}
+SWAP_TYPES = {"swap", "negclip", "exchange"}  # the caption's words in another order (a noun may change number)
 RELATION_STOPS = frozenset("a an the his her its their some this that these those and or with of in on at to by for "
                            "from near next under over".split())
 CHECKS = ("equals_caption", "span_columns", "replace_spans", "shares_synset", "near_synonym", "rare_word",
@@ -274,10 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     asked = dict(args.min_yield)
     if args.min_replace_yield is not None:
         asked["replace"] = args.min_replace_yield
-    report = read_json(os.path.join(args.output_dir, REPORT_FILE))
-    section = report["tables"][TABLE]
-    targets, why = yield_targets(args.yield_targets, section["read"] - section["rejected"], asked)
-    violations, figures = check_output(args.output_dir, targets, args.coco_captions)
+    try:
+        report = read_json(os.path.join(args.output_dir, REPORT_FILE))
+        section = report.get("tables", {}).get(TABLE) if isinstance(report, dict) else None
+        if not isinstance(section, dict):
+            raise ValueError(f"{args.output_dir}: its report.json records no {TABLE} table (--stage={TABLE} makes "
+                             f"one)")
+        targets, why = yield_targets(args.yield_targets, section["read"] - section["rejected"], asked)
+        violations, figures = check_output(args.output_dir, targets, args.coco_captions)
+    except CHECK_INPUT_ERRORS as e:  # an unreadable folder or captions file: one line, as the pipeline says it
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     print(f"{figures['rows']} rows over {figures['captions']} captions; replace yield {figures['replace_yield']:.2%}")
     print(f"  {why}")
     for kind, n in figures["rows_by_type"].items():
@@ -292,4 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from pipeline.urls import redact_output
+
+    redact_output()  # before anything prints: no secret of a flag reaches the terminal
     sys.exit(main())

@@ -53,6 +53,7 @@ from pipeline.tables.folders import (
     local_staging_folders,
 )
 from pipeline.tables.shards import SHARD_NAME, shard_glob
+from pipeline.urls import has_scheme
 
 DAMAGED_PREFIX = ".damaged-"  # a staging folder whose commit record cannot be read, set aside
 REPLACED_PREFIX = ".replaced-"  # inside the staging folder: a table folder moved aside, deleted at the end
@@ -61,7 +62,7 @@ _NOT_RESULT = {COMMIT_FILE, REPORT_FILE, STAGING_MARK}  # files of a staging fol
 
 
 def is_local(path: str) -> bool:
-    return "://" not in path
+    return not has_scheme(path)
 
 
 def _pid_alive(pid: int) -> bool:

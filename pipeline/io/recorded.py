@@ -19,6 +19,7 @@ from pipeline.tables.folders import (
     recorded_shards,
     report_problem,
 )
+from pipeline.urls import has_scheme
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def recorded_table(folder: str, table: str) -> RecordedTable | None:
         return None
     prefix = folder.rstrip("/") + "/"
 
-    local = "://" not in folder
+    local = not has_scheme(folder)
 
     def parquet_files(sub: str) -> list[str]:
         if local:  # links not followed: a table folder that is one is refused

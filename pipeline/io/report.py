@@ -25,6 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.tables.folders import merge_reports  # noqa: F401  (commit.py and stages use it from here)
 from pipeline.tables.folders import REPORT_FILE  # noqa: F401  (run.py, stages/ and checks/ import it from here)
+from pipeline.urls import has_scheme
 
 
 class SumCounts(beam.CombineFn):
@@ -110,7 +111,7 @@ def write_json(path: str, obj) -> None:
 def read_json(path: str):
     """A JSON file; ValueError when it is not JSON, or nests past Python's recursion limit (a report of 100,000
     nested lists is refused as any other bad report, never a traceback)."""
-    if "://" in path:
+    if has_scheme(path):
         with FileSystems.open(path) as f:
             data = f.read()
     else:

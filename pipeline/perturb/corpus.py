@@ -149,6 +149,11 @@ class CorpusModel:
                    follow1)
 
     @property
+    def words(self) -> int:
+        """Distinct words of the captions (casefolded; punctuation and the sentence markers not counted)."""
+        return sum(1 for w in self.vocabulary if w not in (BOS, EOS) and is_word(w))
+
+    @property
     def size(self) -> int:
         return len(self.vocabulary) + 1
 

@@ -273,7 +273,7 @@ def read_attempts(images_dir: str, wanted: Mapping[str, str] | None = None) -> d
     chosen: dict[str, Attempt] = {}
     for name in complete_shards(shards_dir):
         data = os.path.relpath(shard_data_file(shards_dir, name), images_dir).replace(os.sep, "/")
-        meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=_META_COLUMNS).to_pylist()
+        meta = shard_meta(shards_dir, name, _META_COLUMNS).to_pylist()
         for row in meta:
             attempt = Attempt(row["image_key"], data, row["key"], row["url"], row["status"], row["error_message"],
                               row["width"], row["height"], row["original_width"], row["original_height"],
@@ -388,9 +388,32 @@ def header_problem(data: bytes, max_values: int = MAX_PIXEL_VALUES, resize_to: i
     return None
 
 
+def _damaged_shard(path: str, error: Exception) -> PlantedEntry:
+    shown = (str(error).splitlines() or [type(error).__name__])[0][:120]
+    return PlantedEntry(f"{path}: not what img2dataset wrote ({shown}); move the shard's files away (it is fetched "
+                        f"again)")
+
+
+def shard_meta(shards_dir: str, name: str, columns: list[str] | None = None) -> pa.Table:
+    """A complete shard's metadata (its .parquet), or PlantedEntry (one line) for one that is damaged: emptied,
+    not Parquet, without the columns img2dataset writes."""
+    path = os.path.join(shards_dir, f"{name}.parquet")
+    try:
+        return pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
+        raise _damaged_shard(path, e) from None
+
+
 def _shard_images(shards_dir: str, name: str) -> Iterator[tuple[str, bytes]]:
-    """(key, image bytes) of every image stored in the shard."""
+    """(key, image bytes) of every image stored in the shard; PlantedEntry (one line) for a damaged one."""
     path = shard_data_file(shards_dir, name)
+    try:
+        yield from _stored_images(path)
+    except (OSError, tarfile.TarError, pa.ArrowException, ValueError, KeyError) as e:
+        raise _damaged_shard(path, e) from None
+
+
+def _stored_images(path: str) -> Iterator[tuple[str, bytes]]:
     if path.endswith(".tar"):
         with tarfile.open(path) as tar:
             for member in tar:
@@ -428,7 +451,7 @@ def _drop_samples(shards_dir: str, name: str, bad: dict[str, str], status: str =
                         dst.addfile(member, src.extractfile(member) if member.isfile() else None)
         _write_atomic(tar_path, write_tar)
     meta_path = os.path.join(shards_dir, f"{name}.parquet")
-    table = pq.read_table(meta_path)
+    table = shard_meta(shards_dir, name)
     hit = pc.is_in(table["key"], value_set=pa.array(sorted(bad), pa.string()))
     errors = [bad.get(k, e) for k, e in zip(table["key"].to_pylist(), table["error_message"].to_pylist(), strict=True)]
     columns = {"status": pc.if_else(hit, pa.scalar(status), table["status"]),
@@ -448,7 +471,7 @@ def _take_out(shards_dir: str, name: str, stats: dict, bad: dict[str, str], stat
     in the shard's stats (not written here)."""
     if not bad:
         return
-    meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "status"])
+    meta = shard_meta(shards_dir, name, ["key", "status"])
     successes = {k for k, st in zip(meta["key"].to_pylist(), meta["status"].to_pylist(), strict=True)
                  if st == "success"}
     _drop_samples(shards_dir, name, bad, status)
@@ -472,7 +495,7 @@ def verify_shards(images_dir: str, threads: int = 4, max_values: int = MAX_PIXEL
         stats = own_json(stats_path, STATS_HINT)
         if stats.get(VERIFIED) and isinstance(stats.get(STORED_SHA256), dict):
             continue
-        meta = pq.read_table(os.path.join(shards_dir, f"{name}.parquet"), columns=["key", "image_key", "status"])
+        meta = shard_meta(shards_dir, name, ["key", "image_key", "status"])
         meta = {column: meta[column].to_pylist() for column in meta.column_names}
         image_keys = dict(zip(meta["key"], meta["image_key"], strict=True))
         successes = {k for k, status in zip(meta["key"], meta["status"], strict=True) if status == "success"}

@@ -223,7 +223,14 @@ class DaskRunner(beam_dask.DaskRunner):
                                 memory_limit=getattr(hardpos, "dask_memory_limit", None) or "auto")
             if getattr(hardpos, "dask_workers", 0):
                 dask_options["n_workers"] = hardpos.dask_workers
-        client = ddist.Client(**dask_options)
+        try:
+            client = ddist.Client(**dask_options)
+        except OSError as e:  # nothing listening at the address, or a cluster that could not start: one line
+            from pipeline.options import UsageError
+
+            where = dask_options.get("address") or dask_options.get("scheduler_file")
+            raise UsageError(f"Dask: no cluster to run on ({f'nothing answered at {where}: ' if where else ''}"
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         pipeline.replace_all(dask_overrides())
         # Reshuffle spreads over twice the cluster's threads (a few tasks per thread balance uneven ones).
         visitor = _Visitor(bag_kwargs, spread=2 * max(1, sum(client.nthreads().values())))

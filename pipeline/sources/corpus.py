@@ -50,7 +50,7 @@ from pipeline.sources.files import (
     reject_letter,
     repeated_name,
 )
-from pipeline.urls import redact_urls
+from pipeline.urls import has_scheme, redact_urls
 
 SOURCE = "captions"
 FORMATS = ("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv")
@@ -177,7 +177,7 @@ def _list_files(opts) -> list[InputFile]:
         problem = regular_file_problem(p)
         if problem:
             raise UsageError(f"{flag}: {p}: {problem}")
-        spellings.setdefault(("url", p) if "://" in p else _local_identity(p), []).append(p)
+        spellings.setdefault(("url", p) if has_scheme(p) else _local_identity(p), []).append(p)
     # a file named twice (x.jsonl and ./x.jsonl, a link to it) is listed once: read twice, its records were
     # counted twice and rejected as duplicates of themselves
     paths = sorted(min(named, key=lambda p: (len(p), p)) for named in spellings.values())
@@ -185,8 +185,8 @@ def _list_files(opts) -> list[InputFile]:
     out = []
     for p in paths:
         size, mtime = found[p]
-        version = (size, mtime) if "://" in p else _local_version(p)
-        if "://" not in p:
+        version = (size, mtime) if has_scheme(p) else _local_version(p)
+        if not has_scheme(p):
             size = version[1]
         out.append(InputFile(p, names[p], resolve_format(p, format_of(opts), version, flag), size, mtime, version))
     for f in out:
@@ -198,7 +198,7 @@ def _literal(path: str) -> list:
     """The file at path as FileSystems.match lists one (none when there is nothing there), its name not a pattern."""
     from apache_beam.io.filesystem import FileMetadata
 
-    if "://" in path:
+    if has_scheme(path):
         matched = FileSystems.match([path])[0].metadata_list
         return [m for m in matched if m.path == path]
     try:
@@ -233,7 +233,7 @@ _KNOWN: dict[tuple, object] = {}
 
 def _known(kind: str, path: str, version: tuple, compute):
     """compute(), once per (kind, file, version); every time for a remote file whose listing gives no time."""
-    if not version or ("://" in path and not version[-1]):
+    if not version or (has_scheme(path) and not version[-1]):
         return compute()
     key = (kind, path, *version)
     if key not in _KNOWN:
@@ -493,7 +493,7 @@ def normalise(raw, name: str, index: int, columns: Columns, bounds: InputBounds 
             raise Reject("bad_image", f"{columns.image} must be a non-empty string (a URL or a path), got "
                                       f"{image!r:.80}")
         image = bounds.text(image.strip(), columns.image)
-    remote = image is not None and "://" in image
+    remote = image is not None and has_scheme(image)
     return {"example_id": example_id(SOURCE, key), "source": SOURCE, "source_file": name, "source_index": index,
             "caption_id": None, "image_id": None, "key": key, "file_name": None if remote else image,
             "image_url": image if remote else None, "caption": caption}

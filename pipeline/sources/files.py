@@ -24,6 +24,7 @@ from pipeline.options import (
 from pipeline.perturb.outcomes import Reject
 from pipeline.perturb.text import has_surrogates, printable
 from pipeline.tables.shards import stream_sha256
+from pipeline.urls import has_scheme
 
 READ = "read"
 # Tagged output of a read: ((INPUT_PROBLEM, line), 1) for an input that must fail the run, which pipeline/run.py
@@ -89,7 +90,7 @@ def opened_as_planned(path: str, planned: tuple):
     """The file opened for binary reading, once it is the version `planned` (local_version / remote_version), and
     still that version after the caller is done with it (a local file written to in place meanwhile); else
     InputChanged. An empty `planned` checks nothing."""
-    if "://" in path:
+    if has_scheme(path):
         if planned and remote_version(path) != planned:
             raise _changed(path, planned, remote_version(path))
         with FileSystems.open(path, compression_type="uncompressed") as f:
@@ -106,7 +107,7 @@ def opened_as_planned(path: str, planned: tuple):
 def regular_file_problem(path: str) -> str | None:
     """Why a local input path cannot be read as a file (a FIFO, a device such as /dev/zero, a folder): opening
     or hashing one would block or never end. None for a regular file (a link to one included) or a URL."""
-    if "://" in path:
+    if has_scheme(path):
         return None
     try:
         mode = os.stat(path).st_mode

@@ -16,6 +16,7 @@ from pipeline.sources.files import (
     read_json_list,
     require_file,
 )
+from pipeline.urls import has_scheme
 
 SOURCE = "vl_checklist"
 # (subset, category) -> file relative to the VL-CheckList root.
@@ -33,7 +34,7 @@ _IMAGE_ID = re.compile(r"(\d+)\.\w+$")
 
 def check_root(root: str) -> None:
     """Fail fast, naming the path, unless every VG annotation file is there and is a JSON list."""
-    if "://" not in root and not os.path.isdir(root):
+    if not has_scheme(root) and not os.path.isdir(root):
         raise InputFileError(f"{root}: no such directory (--vl_checklist_root)")
     for relpath in FILES.values():
         path = FileSystems.join(root, relpath)

@@ -25,7 +25,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
 from pipeline.tables.folders import PublishError, link_target, published_folder_holding
-from pipeline.urls import redacted
+from pipeline.urls import has_scheme, redacted
 
 STAGE = "images"
 IMAGE_COLUMNS = ("image_url", "image_path")
@@ -117,7 +117,7 @@ def check_inputs(opts: HardposOptions) -> None:
     if importlib.util.find_spec("img2dataset") is None:
         raise UsageError(f"--stage=images needs img2dataset: {core.INSTALL_HINT}")
     out = images_dir(opts)
-    if "://" in out:
+    if has_scheme(out):
         raise UsageError(f"--images_dir must be a local folder (the shards are checked and indexed in place), "
                          f"got {out}")
     check_images_path(opts)
@@ -139,7 +139,7 @@ def check_inputs(opts: HardposOptions) -> None:
                          f"(give the folder or URL prefix they are relative to)")
     root = opts.image_root
     if root and not core.is_url(root):
-        if "://" in root:
+        if has_scheme(root):
             raise UsageError(f"--image_root: unsupported URL scheme in {redacted(root)} (use "
                              f"{', '.join(core.URL_SCHEMES)} or a local folder)")
         if not os.path.isdir(root):

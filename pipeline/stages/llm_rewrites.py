@@ -38,6 +38,7 @@ from pipeline.perturb.outcomes import Reject
 from pipeline.records import CAPTION_FIELDS
 from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds, regular_file_problem
+from pipeline.urls import has_scheme
 
 # A prompt element's "key" is its cache key (llm/cache.py): the caption's own key travels as caption_key.
 RECORD_FIELDS = (*(f for f in CAPTION_FIELDS if f != "key"), "source", "source_index")
@@ -217,7 +218,7 @@ def _check_cache_path(opts: HardposOptions) -> None:
     """A local cache folder below the output folder (the default <output_dir>/llm_cache) is no link and reached
     through none, and no table folder in any cache folder is a link: answers are written there and read back as
     this run's (a --cache_dir named through a link elsewhere is the user's choice, as any folder named is)."""
-    if "://" in opts.cache_dir:
+    if has_scheme(opts.cache_dir):
         return
     from pipeline.io.commit import below_output, folder_path_problem
     from pipeline.tables.folders import MANIFEST, published_folder_holding
@@ -233,7 +234,7 @@ def _check_cache_path(opts: HardposOptions) -> None:
     if not os.path.isdir(existing):  # a file there: the answers could not be written, after all the work
         raise UsageError(f"--cache_dir {opts.cache_dir}: {existing} is a file, not a folder")
 
-    below = "://" not in opts.output_dir and below_output(opts.cache_dir, opts.output_dir) is not None
+    below = not has_scheme(opts.output_dir) and below_output(opts.cache_dir, opts.output_dir) is not None
     if below and os.path.islink(opts.cache_dir):
         raise UsageError(f"--cache_dir {opts.cache_dir} is a symbolic link in the output folder, which hardpos never "
                          f"writes through; remove the link or choose another --cache_dir")

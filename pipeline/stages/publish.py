@@ -52,7 +52,14 @@ from pipeline.publish.layout import (
     write_new,
 )
 from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
-from pipeline.tables.folders import link_target, published_folder_holding
+from pipeline.tables.folders import (
+    STAGING_MARK,
+    STAGING_PREFIX,
+    link_target,
+    published_folder_holding,
+    run_table_folder,
+)
+from pipeline.urls import has_scheme
 
 STAGE = "publish"
 PLACEHOLDER_REPO = "ORG/NAME"
@@ -112,6 +119,12 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     if any(part.startswith(OWN_PREFIX) for part in Path(os.path.abspath(target)).parts):
         raise PublishError(f"--publish_dir {target}: {OWN_PREFIX}* folders are publish's own (a release being built, "
                            f"the one before it); publish into a folder of its own")
+    here = Path(os.path.abspath(target))
+    staging = next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
+                    and (p / STAGING_MARK).is_file()), None)
+    if staging is not None:  # a run's staging folder (its mark): committed, or removed once its run is gone
+        raise PublishError(f"--publish_dir {target} is inside {staging}, a run's staging folder, which the run or "
+                           f"the next one removes; publish into a folder of its own")
     release = published_folder_holding(Path(os.path.abspath(target)).parent)
     if release is not None:  # a release inside a release: the outer one's check, switch and upload would take it
         raise PublishError(f"--publish_dir {target} is inside {release}, another published folder; publish into a "
@@ -122,20 +135,6 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
         raise PublishError(f"--publish_dir {target} {where} a folder that the stages of the run in {table.parent} "
                            f"write (a table folder, dead letters or the LLM cache): the next stage replaces or writes "
                            f"into it; publish into a folder of its own")
-
-
-def run_table_folder(target: Path) -> Path | None:
-    """The folder of a run's table (or its dead letters, or the default LLM cache) that target is or lies in, as named
-    or really: a folder that a stage's commit swaps whole, or writes answers into. None when there is none."""
-    from pipeline.resources import resource_dir
-
-    # the tables, their dead letters, and the default LLM cache, whose table folders the stages write into
-    names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED, "llm_cache"}
-    for here in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
-        for folder in (here, *here.parents):
-            if folder.parent != folder and folder.name in names and (folder.parent / REPORT_FILE).is_file():
-                return folder
-    return None
 
 
 def open_publish_folder(target: Path, output_dir: Path) -> int:
@@ -194,7 +193,7 @@ def earlier_publish(target: Path, opened: bool = False) -> set[str]:
 
 def check_inputs(opts: HardposOptions) -> None:
     for flag, value in (("--output_dir", opts.output_dir), ("--publish_dir", opts.publish_dir)):
-        if value and "://" in value:
+        if value and has_scheme(value):
             raise UsageError(f"{flag}: publish works on a local folder (copy a gs:// run down first), got {value}")
     if opts.hub_repo:
         try:
@@ -248,6 +247,28 @@ def _remove_own(path: Path) -> None:
         shutil.rmtree(path)
 
 
+LEFTOVER_MARK = ".hardpos-publish-own"  # in NEXT and PREV as publish makes them: what a later publish may remove
+
+
+def _make_own(path: Path, mode: int = 0o755) -> None:
+    path.mkdir(mode=mode)
+    with write_new(path, LEFTOVER_MARK):
+        pass
+
+
+def _remove_leftover(path: Path) -> None:
+    """Removes NEXT or PREV left by a publish that was cut off: a link (never followed), an empty folder, or a folder
+    holding publish's mark. Anything else at the name is a user's (a never-published folder's `.hardpos-prev/` of
+    notes): PublishError, and it stays."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir() and (not any(path.iterdir()) or (path / LEFTOVER_MARK).is_file()):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        raise PublishError(f"{path}: publish keeps this name for its own folder, but this one is not publish's (it "
+                           f"holds no {LEFTOVER_MARK}); move it away and publish again")
+
+
 def _write_json(path: Path, obj: dict) -> None:
     """Written beside, then renamed over path: a full disk leaves the earlier file whole."""
     tmp = path.with_name(path.name + ".tmp")
@@ -269,9 +290,9 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
     written = {}
     try:
         for leftover in (aside, target / PREV):  # of a publish that was cut off
-            _remove_own(leftover)
-        (target / PREV).mkdir()  # made now, so that the switch only renames
-        aside.mkdir(mode=0o700)  # no other user plants in it; a racer as this user: _check_switched
+            _remove_leftover(leftover)
+        _make_own(target / PREV)  # made now, so that the switch only renames
+        _make_own(aside, mode=0o700)  # no other user plants in it; a racer as this user: _check_switched
         for src, dest, _ in files:
             written[dest] = place(src, dest, aside, root, manifest["files"][dest]["sha256"], recorded_in[dest])
         for name, data in (("README.md", card.encode("utf-8")),
@@ -282,7 +303,8 @@ def _build_aside(target: Path, files: list, card: str, manifest: dict, root: Pat
         os.replace(aside / (MANIFEST + ".tmp"), aside / MANIFEST)
     except (OSError, PublishError) as e:
         for leftover in (aside, target / PREV):
-            _remove_own(leftover)
+            with contextlib.suppress(PublishError):  # a user's folder at the name, found above, stays
+                _remove_leftover(leftover)
         if isinstance(e, PublishError):
             raise
         raise PublishError(f"{target}: {_why(e)} while building the new release beside the earlier one; the folder "
@@ -306,14 +328,15 @@ def finish_switch(target: Path, manifest: dict | None = None, written: dict | No
                 if os.path.lexists(target / "data"):
                     if old.is_symlink():
                         old.unlink()
-                    old.mkdir(exist_ok=True)
+                    if not old.is_dir():
+                        _make_own(old)
                     os.rename(target / "data", old / "data")
                 os.rename(aside / "data", target / "data")
             if (aside / "README.md").is_file():
                 os.replace(aside / "README.md", target / "README.md")
             os.replace(aside / MANIFEST, target / MANIFEST)  # the switch is done
         for leftover in (old, aside):
-            _remove_own(leftover)
+            _remove_leftover(leftover)
     except OSError as e:
         raise PublishError(f"{target}: switching to the new release stopped ({_why(e)}); run publish again to "
                            f"finish it") from None

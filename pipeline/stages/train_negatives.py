@@ -138,7 +138,7 @@ def _rule_table(pipeline: beam.Pipeline, opts: HardposOptions):
     written = {k: v for k, v in outputs.items() if k != "corpus"} | "WriteTable" >> WriteTableOutputs(
         STAGE, TABLE, TABLE, opts.output_dir, opts.rows_per_shard, group=_group)
     corpus = outputs["corpus"] | "CorpusFigures" >> beam.FlatMap(
-        lambda m: [(("corpus", TABLE, "captions"), m.captions), (("corpus", TABLE, "words"), len(m.vocabulary) - 3),
+        lambda m: [(("corpus", TABLE, "captions"), m.captions), (("corpus", TABLE, "words"), m.words),
                    (("corpus", TABLE, "trigrams"), len(m.keys3))])
     return (written, corpus) | "TableCounts" >> beam.Flatten()
 

@@ -539,3 +539,54 @@ def write_run_folder(out: Path, schema_name: str, rows: list[dict], folder: str 
     report = merge_reports(earlier, {"stage": "all", "output_dir": str(out), "inputs": {}, "tables": {folder: section}})
     (out / REPORT_FILE).write_text(json.dumps(report))
     return out
+
+
+def run_table_folder(target: Path) -> Path | None:
+    """The folder of a run's table (or its dead letters, or the default LLM cache) that target is or lies in, as named
+    or really: a folder that a stage's commit swaps whole, or writes answers into. None when there is none."""
+    from pipeline.resources import resource_dir
+
+    # the tables, their dead letters, and the default LLM cache, whose table folders the stages write into; and
+    # the tables the run's report records (eval_sets' replace and swap are named apart from their schemas)
+    names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED, "llm_cache"}
+    for here in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
+        for folder in (here, *here.parents):
+            report = folder.parent / REPORT_FILE
+            if folder.parent != folder and report.is_file() and (folder.name in names
+                                                                  or folder.name in _recorded_tables(report)):
+                return folder
+    return None
+
+
+def _recorded_tables(report: Path) -> set[str]:
+    """The tables a run's report.json records; none when it cannot be read as one (a FIFO, a huge or damaged
+    file: read without blocking and with a bound)."""
+    import stat
+
+    try:
+        fd = os.open(report, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return set()
+    with os.fdopen(fd, "rb") as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > MANIFEST_LIMIT:
+            return set()
+        try:
+            tables = json.loads(f.read(found.st_size + 1)).get("tables")
+        except (ValueError, RecursionError, AttributeError):
+            return set()
+    return {t for t in tables if isinstance(t, str)} if isinstance(tables, dict) else set()
+
+
+def output_folder_problem(flag: str, folder) -> str | None:
+    """Why a tool's output folder (the trainer's or the evaluator's --out) must not be where it is: inside a run's
+    table folder (its files would be taken for the table's, or replaced by the next commit) or inside a release
+    (publish would refuse it, or upload them). None when it is a folder of its own."""
+    table = run_table_folder(folder)
+    if table is not None:
+        return (f"{flag}={folder} is in {table}, a folder the stages of the run in {table.parent} write (a table, its "
+                f"dead letters or the LLM cache); write into a folder of its own")
+    release = published_folder_holding(folder)
+    if release is not None:
+        return f"{flag}={folder} is in the published folder {release}; write into a folder of its own"
+    return None

@@ -105,15 +105,18 @@ def link_latest(path: Path) -> None:
 
 # The files a run writes in --out: checkpoints, and the temporary names they are saved under (atomic_save). Entries
 # of these names must be files (finetune's start-up check): a folder there would stop a run at its first save.
-OWN_FILES = re.compile(r"checkpoints/\.?step_\d+\.pt(\.tmp)?|checkpoints/\.latest\.pt\.tmp|\.final\.pt\.tmp")
-STEP_FILE = re.compile(r"step_(\d+)\.pt")
+OWN_FILES = re.compile(r"checkpoints/\.?step_[0-9]+\.pt(\.tmp)?|checkpoints/\.latest\.pt\.tmp|\.final\.pt\.tmp")
+STEP_FILE = re.compile(r"step_([1-9][0-9]*)\.pt")  # the names save gives: ASCII digits, no leading 0
 
 
-def prune_checkpoints(folder: Path, keep: int) -> None:
-    """Removes all but the `keep` latest step_<N>.pt; files of other names (a user's step_final.pt) stay."""
+def prune_checkpoints(folder: Path, keep: int, step: int) -> None:
+    """Removes all but the `keep` latest step_<N>.pt of this run, just saved at `step`: a name save gives, N at
+    most `step`. Files of other names (a user's step_final.pt, step_１.pt) and steps past this one (a user's
+    step_99999999999999999999.pt, which would otherwise count as the latest) stay."""
     if keep <= 0:
         return
-    steps = sorted((int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := STEP_FILE.fullmatch(p.name)))
+    steps = sorted((n, p) for p in folder.glob("step_*.pt")
+                   if (m := STEP_FILE.fullmatch(p.name)) and (n := int(m.group(1))) <= step)
     for _, old in steps[:-keep]:
         old.unlink()
 
@@ -121,7 +124,8 @@ def prune_checkpoints(folder: Path, keep: int) -> None:
 def remove_partial_files(out: Path) -> list[Path]:
     """The temporary files of saves that a killed run left in --out (under its lock, so no save is running)."""
     checkpoints = out / "checkpoints"
-    named = [out / ".final.pt.tmp", checkpoints / ".latest.pt.tmp", *checkpoints.glob(".step_*.pt.tmp")]
+    named = [out / ".final.pt.tmp", checkpoints / ".latest.pt.tmp",
+             *(p for p in checkpoints.glob(".step_*.pt.tmp") if STEP_FILE.fullmatch(p.name[1:-len(".tmp")]))]
     found = [path for path in named if os.path.lexists(path)]
     for path in found:
         path.unlink()

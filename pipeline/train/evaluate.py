@@ -36,6 +36,7 @@ import numpy as np
 
 from pipeline.folder_lock import planted_link, write_own
 from pipeline.publish.images import MAX_PIXEL_VALUES
+from pipeline.tables.folders import output_folder_problem
 from pipeline.train import metrics, replace_views, report
 from pipeline.train.clip import UsageError
 from pipeline.train.images import ImageLookup
@@ -478,7 +479,8 @@ def evaluate(args, loaded=None) -> dict:
 
     from pipeline.train.clip import import_open_clip
 
-    problem = planted_link("--out", str(args.out), files=[EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT])
+    problem = output_folder_problem("--out", args.out) or \
+        planted_link("--out", str(args.out), files=[EVAL_JSON, EVAL_MD, SCORES, SKIPPED, PLOT])
     if problem:  # before any work: a link there would have the figures written over a file anywhere
         raise UsageError(problem)
     try:

@@ -45,6 +45,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from pipeline.folder_lock import LockRefused, holder_record, lock_local, planted_link, write_own
+from pipeline.tables.folders import output_folder_problem
 from pipeline.train.checkpoint import (
     OWN_FILES,
     atomic_save,
@@ -364,6 +365,9 @@ def autocast_for(precision: str, device):
 def out_lock(out: str):
     """--out's lock (pipeline/folder_lock.py) for the whole run: a second trainer into the folder would interleave
     its log with this one's and write over its checkpoints. It is refused with one line before anything loads."""
+    problem = output_folder_problem("--out", out)
+    if problem:  # before the lock file is written into it
+        raise UsageError(problem)
     try:
         fd = lock_local(out, holder_record("finetune"), "--out")
     except LockRefused as e:
@@ -491,7 +495,7 @@ def train(args) -> dict:
                      "step": at, "epoch": at // steps_per_epoch, "rng": rng_state(), "args": vars(args),
                      "rows_kept": len(indices), "skipped": dict(skipped), "train_table": train_table}, path)
         link_latest(path)
-        prune_checkpoints(checkpoints, args.keep_checkpoints)
+        prune_checkpoints(checkpoints, args.keep_checkpoints, at)
 
     collate = Collate(tokenizer)
     asked = missing = 0  # rows this run asked images for, and found none for (a resumed run counts from here)

@@ -102,4 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from pipeline.urls import redact_output
+
+    redact_output()  # before anything prints: no secret of a flag reaches the terminal
     sys.exit(main())
