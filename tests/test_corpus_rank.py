@@ -46,32 +46,37 @@ def test_merging_partial_counts_equals_counting_once():
     assert pickle.loads(pickle.dumps(whole)).fingerprint() == whole.fingerprint()
 
 
-def test_the_words_of_each_image_are_kept_whatever_the_split():
-    """Which words the captions of one photo use: any split of the captions, merged in any order, gives the
-    same table; a word of another photo is not this one's."""
-    images = [(c, k % 3) for k, c in enumerate(CAPTIONS)]
-    whole = CorpusCounts()
-    for c, image in images:
-        whole.add(c, image)
-    whole = whole.model()
-    for seed in range(3):
-        order = images[:]
-        random.Random(seed).shuffle(order)
-        left, right = CorpusCounts(), CorpusCounts()
-        for c, image in order[:4]:
-            left.add(c, image)
-        for c, image in order[4:]:
-            right.add(c, image)
-        merged = right.merge(left).model()
-        assert merged.fingerprint() == whole.fingerprint()
-    # image 0: captions 0, 3, 6 (dog chasing cat; man riding horse; cat chasing mouse)
-    def names(model, image, word):
-        return word_key(word) in model.image_words_of(image)
+@pytest.mark.parametrize("spilled", [False, True])
+def test_each_caption_gets_the_words_its_photos_captions_name(tmp_path, spilled):
+    """The join by photo (stages/captions.join_photo_words), through Beam's shuffle and through spill files: a
+    caption gets every word some caption of its photo names (a --reference_captions one too), no word of
+    another photo's, and None where its photo is unknown. The corpus model holds no per-photo table."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
 
-    assert names(whole, 0, "horse") and names(whole, 0, "Mouse")
-    assert not names(whole, 1, "horse") and not names(whole, 0, "umbrella")
-    assert not names(whole, None, "horse") and not names(model_of(CAPTIONS), 0, "horse")
-    assert names(pickle.loads(pickle.dumps(whole)), 0, "horse")
+    from pipeline.io import spill
+    from pipeline.options import FnApiDirectRunner
+    from pipeline.stages.captions import join_photo_words
+
+    records = [{"caption": c, "image_id": k % 3 if k < 6 else None, "example_id": f"e{k}"}
+               for k, c in enumerate(CAPTIONS)]
+    reference = [{"caption": "A horse in a barn.", "image_id": 1, "example_id": "ref"}]
+
+    def named(*captions):
+        return sorted({word_key(w) for c in captions for w in tokens(c) if any(ch.isalpha() for ch in w)})
+
+    c, barn = CAPTIONS, reference[0]["caption"]
+    expected = [("e0", named(c[0], c[3])), ("e3", named(c[0], c[3])), ("e1", named(c[1], c[4], barn)),
+                ("e4", named(c[1], c[4], barn)), ("e2", named(c[2], c[5])), ("e5", named(c[2], c[5])), ("e6", None)]
+    assert word_key("horse") in dict(expected)["e1"] and word_key("horse") not in dict(expected)["e2"]
+    with spill.spilling(str(tmp_path / "spill") if spilled else None):
+        with beam.Pipeline(runner=FnApiDirectRunner()) as p:
+            mine = p | "Records" >> beam.Create(records)
+            counted = (mine, p | "Reference" >> beam.Create(reference)) | beam.Flatten()
+            found = join_photo_words(mine, counted) | beam.Map(
+                lambda pair: (pair[0]["example_id"], None if pair[1] is None else sorted(pair[1])))
+            assert_that(found, equal_to(expected))
+    assert not hasattr(model_of(CAPTIONS), "image_words")
 
 
 def test_the_trigram_model_is_a_distribution():
@@ -166,3 +171,21 @@ def test_a_groups_scores_do_not_depend_on_its_batch_mates(lm):
     alone = lm.logprob_groups([group])[0]
     together = lm.logprob_groups([["x " * 30], group])[1]
     assert [round(a, 3) for a in alone] == [round(b, 3) for b in together]
+
+
+def test_relation_counts_hold_about_the_distinct_relations_not_one_key_per_caption():
+    """The swap statistics' accumulator (a CombineFn's, on every worker): 600,000 keys of 1,000 distinct
+    relations, added and merged in any split, give numpy's unique table, while never holding more than twice
+    the distinct keys past the floor."""
+    from pipeline.perturb.relations import RelationCounts
+
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**63, size=1_000, dtype=np.uint64)[rng.integers(0, 1_000, size=600_000)]
+    parts = [RelationCounts() for _ in range(3)]
+    held = 0
+    for n, chunk in enumerate(np.array_split(keys, 600)):
+        parts[n % 3].add(chunk.tolist())
+        held = max(held, *(len(p.keys) for p in parts))
+    merged = parts[2].merge(parts[0]).merge(parts[1])
+    assert np.array_equal(merged.table(), np.unique(keys))
+    assert held <= 2 * RelationCounts.FLOOR + 1_000 and len(merged.keys) <= 2 * RelationCounts.FLOOR + 1_000

@@ -127,3 +127,28 @@ def test_a_local_dask_cluster_logs_nothing_below_warning_unless_asked(tmp_path):
                      "--runner=DaskRunner", "--progress_seconds=0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "INFO" not in result.stderr and "dashboard" not in result.stderr, result.stderr[-3000:]
+
+
+def _repro():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "dask_repro.py"
+    spec = importlib.util.spec_from_file_location("dask_repro", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", ["tagged_outputs", "leaves", "finish_bundle", "side_inputs", "reshuffle", "client",
+                                  "create"])
+def test_each_fix_is_kept_because_beams_own_runner_fails_its_reproduction(case, dask_cluster):
+    """Each of dask_runner.py's seven fixes has a case in benchmarks/dask_repro.py: Beam's DaskRunner gets it
+    wrong, ours right, on the same cluster."""
+    repro = _repro()
+    assert list(repro.CASES) == ["tagged_outputs", "leaves", "finish_bundle", "side_inputs", "reshuffle", "client",
+                                 "create"]
+    cluster = [f"--dask_client_address={dask_cluster}"]
+    ours, seen = repro.run_case(case, RUNNER, cluster)
+    assert ours, seen
+    beams, seen = repro.run_case(case, "apache_beam.runners.dask.dask_runner.DaskRunner", cluster)
+    assert not beams, seen

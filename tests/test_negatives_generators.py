@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.perturb import neg_order, neg_replace, neg_swap, wordnet
 from pipeline.perturb.candidates import same_text
-from pipeline.perturb.corpus import CorpusCounts
+from pipeline.perturb.corpus import CorpusCounts, photo_words
 from pipeline.perturb.generators import NEGATIVE_TYPES, SPACY_MODELS, Generators, load_spacy
 from pipeline.perturb.guards import conjunct_swaps, quantity_heads_moved
 from pipeline.perturb.lexicon import NOUN
@@ -435,23 +435,26 @@ def test_an_age_word_elsewhere_leaves_people_their_usual_replacements(gens, nlp)
 def test_replace_never_names_what_another_caption_of_the_photo_names(gens, nlp):
     """"a tub and toilet" -> "a sink and toilet" is no negative where another annotator of the photo wrote
     "sink"; for another photo it is. Actions too ("standing" -> "sitting" where another says "sits")."""
-    corpus = CorpusCounts()
+    corpus, photos = CorpusCounts(), {}
     for caption, image in [("a tub and toilet in a small bathroom", 1), ("a bathroom with a sink and a tub", 1),
                            ("A dog standing on a boat.", 1), ("a dog sits on a boat", 1),
                            ("a sink in a bathroom", 3), ("a dog sitting on a couch", 3)] * 2:
-        corpus.add(caption, image)
+        corpus.add(caption)
+        photos.setdefault(image, set()).update(photo_words(caption, image)[1])
     corpus = corpus.model()
+    named = {image: frozenset(words) for image, words in photos.items()}
+    named[2] = None
 
     def made(caption, image):
-        return [c.text for c, _ in gens.propose(nlp(caption), corpus, image)["replace"]]
+        return [c.text for c, _ in gens.propose(nlp(caption), corpus, named[image])["replace"]]
 
     assert "a sink and toilet in a small bathroom" in made("a tub and toilet in a small bathroom", 2)
     assert "a sink and toilet in a small bathroom" not in made("a tub and toilet in a small bathroom", 1)
     assert "A dog sitting on a boat." in made("A dog standing on a boat.", 2)
     assert "A dog sitting on a boat." not in made("A dog standing on a boat.", 1)
     doc = nlp("a tub and toilet in a small bathroom")
-    for image, sink in ((2, True), (1, False)):  # the stage's path: each record's image id
-        found = gens.negatives([doc], ["x"], 0, 40, corpus, None, [image])[0]["replace"]
+    for image, sink in ((2, True), (1, False)):  # the stage's path: each record's photo words
+        found = gens.negatives([doc], ["x"], 0, 40, corpus, None, [named[image]])[0]["replace"]
         assert bool([c for c in found if "sink" in c.candidate.text]) is sink
 
 

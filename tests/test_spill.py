@@ -102,7 +102,7 @@ def test_a_run_spilling_writes_what_a_run_in_memory_writes(tmp_path):
 
 # What may cross a stage boundary of the local runner in a spilling run: spill files' paths and pieces, combiner
 # accumulators and their sums, shard counts, read units and shard lists, and the rejected records of the read.
-SMALL = re.compile(r"Spilled|AllFiles|JoinTrainFiles|FlattenPieces|ByPartition|GroupByShard|Reshuffle|"
+SMALL = re.compile(r"Spilled|AllFiles|Join\w+Files|FlattenPieces|ByPartition|GroupByShard|Reshuffle|"
                    r"CombinePerKey|/Group$|/UnKey$|InjectDefault$|NumShards$|Counts$|AllUnits$|RuleAllowances$|"
                    r"WithDuplicates$")
 

@@ -5,10 +5,11 @@ CorpusCounts in a CombineFn and hands the CorpusModel on as a side input), so th
 and scale with the runner; nothing is built by hand. Pure Python and numpy, no Beam.
 
 - The vocabulary: a replacement word must be one the captions use ("sunshade", "scriptorium" never are).
-- What each image's captions name: (image, word) pairs, so a replace negative never brings in a word another
-  caption of the same photo uses ("a tub and toilet" -> "a sink and toilet", where another annotator wrote
-  "sink": the negative may well be true of the photo). Kept as sorted 64-bit keys, image digest then word
-  digest (CRC-32 each), so one photo's words are one contiguous slice.
+- What each photo's captions name is not part of the model (it would grow with the corpus, and every worker
+  holds the model whole): photo_words() gives a caption's (photo, word keys), which stages/captions.py joins
+  by photo, so a replace negative never brings in a word another caption of the same photo uses ("a tub and
+  toilet" -> "a sink and toilet", where another annotator wrote "sink": the negative may well be true of the
+  photo).
 - The trigram model: interpolated absolute discounting (Ney et al. 1994) over casefolded tokens, punctuation
   included, with sentence boundaries. It scores how plausible a caption-like text is, cheaply on a CPU.
   N-grams are stored as sorted int64 keys with int32 counts (12 bytes each), so the model of 591,753 COCO
@@ -19,9 +20,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import zlib
-from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,10 +49,9 @@ class CorpusCounts:
     def __init__(self):
         self.counts: Counter = Counter()
         self.captions = 0
-        self.image_words = array("Q")  # (image, word) keys; duplicates go at model()
 
-    def add(self, caption: str, image=None) -> None:
-        """Count one caption; `image` (its image id, None if unknown) records the words it names for that photo."""
+    def add(self, caption: str) -> None:
+        """Count one caption."""
         caption_tokens = tokens(caption)
         padded = [BOS, BOS, *caption_tokens, EOS]
         self.captions += 1
@@ -62,25 +61,27 @@ class CorpusCounts:
             c[w] += 1
             c[v + _SEP + w] += 1
             c[u + _SEP + v + _SEP + w] += 1
-        if image is not None:
-            high = image_key(image) << 32
-            self.image_words.extend(high | word_key(w) for w in set(caption_tokens) if is_word(w))
 
     def merge(self, other: CorpusCounts) -> CorpusCounts:
         self.counts.update(other.counts)
         self.captions += other.captions
-        self.image_words.extend(other.image_words)
         return self
 
     def model(self) -> CorpusModel:
-        model = CorpusModel.from_counts(self.counts, self.captions)
-        model.image_words = np.unique(np.frombuffer(self.image_words, dtype=np.uint64))
-        return model
+        return CorpusModel.from_counts(self.counts, self.captions)
 
 
 def image_key(image) -> int:
     """A photo's 32-bit digest (the same on every worker and run; Python's hash() is salted per process)."""
     return zlib.crc32(str(image).encode("utf-8", "surrogatepass"))
+
+
+def photo_words(caption: str, image) -> tuple[int, tuple[int, ...]] | None:
+    """(image_key, the word_keys of the words the caption names) for a caption of photo `image`; None when its
+    photo is unknown. A photo's named words are the union over its captions (a join by image_key)."""
+    if image is None:
+        return None
+    return image_key(image), tuple(sorted({word_key(w) for w in tokens(caption) if is_word(w)}))
 
 
 def word_key(word: str) -> int:
@@ -103,7 +104,6 @@ class CorpusModel:
     count3: np.ndarray
     context1: np.ndarray         # id -> count as a bigram context
     follow1: np.ndarray          # id -> distinct words seen after it
-    image_words: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))  # sorted (image, word) keys
     relations: np.ndarray | None = None  # the captions' relation digests (perturb/relations.py), when swap needs them
 
     @classmethod
@@ -183,15 +183,6 @@ class CorpusModel:
                 int(_lookup(self.keys2, self.count2, np.asarray([i * self.size + j], dtype=np.int64))[0])
         return cache[key]
 
-    def image_words_of(self, image) -> frozenset[int]:
-        """The word_keys of every word some caption of this photo uses (the one asked about included)."""
-        if image is None or not len(self.image_words):
-            return frozenset()
-        high = image_key(image)
-        lo = np.searchsorted(self.image_words, np.uint64(high << 32))
-        hi = np.searchsorted(self.image_words, np.uint64(high << 32 | 0xFFFFFFFF), side="right")
-        return frozenset((self.image_words[lo:hi] & np.uint64(0xFFFFFFFF)).tolist())
-
     def __getstate__(self):
         kept_answers = ("_bigrams", "_counts", "_unigram_total", "_new_ids_cache")  # rebuilt on each worker
         return {k: v for k, v in self.__dict__.items() if k not in kept_answers}
@@ -199,7 +190,7 @@ class CorpusModel:
     def fingerprint(self) -> str:
         """A digest of the model's content, recorded in reports (equal captions give equal models)."""
         h = hashlib.sha256()
-        for table in (self.unigram, self.keys2, self.count2, self.keys3, self.count3, self.image_words):
+        for table in (self.unigram, self.keys2, self.count2, self.keys3, self.count3):
             h.update(table.tobytes())
         if self.relations is not None:
             h.update(self.relations.tobytes())

@@ -131,9 +131,11 @@ class Generators:
         wordnet = load_wordnet()
         return cls(negative_types, Lexicon(wordnet), Inflector.from_wordnet(wordnet))
 
-    def propose(self, doc, corpus=None, image=None) -> dict[str, list[tuple[Candidate, str | None]]]:
-        """Every legal candidate of each ranked type for one caption (of photo `image`, None if unknown). negclip
-        never proposes a text that swap proposes: the two types target different things."""
+    def propose(self, doc, corpus=None, image_words: frozenset[int] | None = None
+                ) -> dict[str, list[tuple[Candidate, str | None]]]:
+        """Every legal candidate of each ranked type for one caption; `image_words`: the word_keys its photo's
+        captions name (None if unknown). negclip never proposes a text that swap proposes: the two types target
+        different things."""
         found = {}
         swap_texts = frozenset()
         if "swap" in self.negative_types or "negclip" in self.negative_types:
@@ -146,9 +148,8 @@ class Generators:
         if "exchange" in self.negative_types:
             found["exchange"] = [(c, None) for c in neg_exchange.exchange_candidates(doc, self.lexicon, corpus)]
         if "replace" in self.negative_types:
-            named = corpus.image_words_of(image) if corpus is not None and image is not None else None
             found["replace"] = neg_replace.replace_candidates(doc, self.lexicon, self.inflector, corpus,
-                                                              image_words=named)
+                                                              image_words=image_words)
         if all(t == "replace" or not items for t, items in found.items()):
             return found  # replace's candidates need no surface check (and doc.text rebuilds the text)
         caption = doc.text.strip()
@@ -156,12 +157,13 @@ class Generators:
                 for t, items in found.items()}
 
     def negatives(self, docs: list, example_ids: list[str], seed: int, n: int, corpus=None,
-                  scorer=None, images: list | None = None) -> list[dict[str, list[Choice]]]:
+                  scorer=None, image_words: list | None = None) -> list[dict[str, list[Choice]]]:
         """Per caption, up to n Choices per negative type: ranked types by the scorer's log-probability drop
-        (one group per caption: the caption and all its candidates), or at random without a scorer. `images`:
-        each caption's image id, so replace never names what another caption of that photo names."""
-        images = images if images is not None else [None] * len(docs)
-        proposals = [self.propose(doc, corpus, image) for doc, image in zip(docs, images, strict=True)]
+        (one group per caption: the caption and all its candidates), or at random without a scorer.
+        `image_words`: per caption, the word_keys its photo's captions name (None: unknown), so replace never
+        names what another caption of that photo names."""
+        image_words = image_words if image_words is not None else [None] * len(docs)
+        proposals = [self.propose(doc, corpus, named) for doc, named in zip(docs, image_words, strict=True)]
         scores = [None] * len(docs)
         if scorer is not None:
             wanted = [k for k, p in enumerate(proposals) if any(p.values())]

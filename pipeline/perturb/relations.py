@@ -67,17 +67,28 @@ def exchanged_keys(doc, a, b, lexicon, before: set[int]) -> list[int]:
 
 
 class RelationCounts:
-    """Mergeable relation digests (a CombineFn's accumulator); duplicates go at table()."""
+    """Mergeable relation digests (a CombineFn's accumulator). Duplicates go whenever the keys have doubled since
+    the last time, so an accumulator holds about twice the distinct relations, never one key per caption."""
+
+    FLOOR = 65_536  # keys held before the first pass that drops duplicates
 
     def __init__(self):
         self.keys = array("Q")
+        self.distinct = 0  # len(keys) after the last pass
 
     def add(self, keys) -> None:
         self.keys.extend(keys)
+        self._bound()
 
     def merge(self, other: RelationCounts) -> RelationCounts:
         self.keys.extend(other.keys)
+        self._bound()
         return self
+
+    def _bound(self) -> None:
+        if len(self.keys) > 2 * max(self.distinct, self.FLOOR):
+            self.keys = array("Q", self.table().tobytes())
+            self.distinct = len(self.keys)
 
     def table(self) -> np.ndarray:
         return np.unique(np.frombuffer(self.keys, dtype=np.uint64))

@@ -4,7 +4,7 @@
 
 Every fix is a bug of Beam's runner, not of the stages, which stay runner-agnostic (design rule); each belongs
 upstream in apache_beam/runners/dask/ and this module goes when Beam has them
-(reproduction: benchmarks/dask_repro.py):
+(a reproduction of each: benchmarks/dask_repro.py, one case per fix):
 1. Tagged outputs. Beam's ParDo translation (transform_evaluator.ParDo / apply_dofn_to_bundle) puts the main
    and every tagged output of a ParDo in one bag, and DaskBagVisitor looks an input up by its producer
    transform, not by the PCollection: every output of `.with_outputs(...)` holds all of them. Here a ParDo
@@ -25,9 +25,10 @@ upstream in apache_beam/runners/dask/ and this module goes when Beam has them
    everything after the read runs as one task on one worker. Here it repartitions the bag over twice the
    cluster's threads.
 6. wait_until_finish(duration) raises TimeoutError (and marks the run FAILED) when the run outlasts the
-   duration; the PipelineResult contract is to return the current state. Here it returns RUNNING. And the
-   client (with the LocalCluster it starts when no --dask_client_address is given) is closed once the run
-   ends, instead of living on until the process exits.
+   duration; the PipelineResult contract is to return the current state (progress.poll_metrics waits so, a
+   few seconds at a time). Here it returns RUNNING. And the client (with the LocalCluster it starts when no
+   --dask_client_address is given) is never closed: its worker processes live on until the launcher exits,
+   one cluster more for each stage of --stage=all. Here it is closed once the run ends.
 7. Create. Beam's translation puts up to 128 elements in one partition (its new default size), so a Create of a
    corpus's read units (a Parquet row group, a JSONL range, a file each) is read by one task, which holds every
    record it reads: a worker's memory grows with the corpus (at 591,753 captions the nanny restarted 2 GiB
@@ -188,7 +189,7 @@ class _Result(beam_dask.DaskRunnerResult):
         except TimeoutError:
             if duration is None:
                 raise
-            self._state = PipelineState.RUNNING
+            self._state = PipelineState.RUNNING  # still running: progress.poll_metrics asks every few seconds
             return self._state
         except BaseException:
             self.client.close()
@@ -198,7 +199,7 @@ class _Result(beam_dask.DaskRunnerResult):
 
 
 class DaskRunner(beam_dask.DaskRunner):
-    """Beam's DaskRunner with fixes 1-6 above; same options."""
+    """Beam's DaskRunner with fixes 1-7 above; same options."""
 
     def run_pipeline(self, pipeline, options):
         import dask.bag as db

@@ -1,7 +1,7 @@
 """What the COCO-caption stages (train_negatives, order_eval) share: batched spaCy parsing in a DoFn whose
-heavy resources load once per worker, the first pass that counts the input captions' own vocabulary, trigrams
-and photos' words and, for swap, parses them for their relations (a side input), dead letters for captions with
-no output, and the samples file."""
+heavy resources load once per worker, the first pass that counts the input captions' own vocabulary and
+trigrams and, for swap, parses them for their relations (a side input), the join by photo of what its captions
+name (replace), dead letters for captions with no output, and the samples file."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ from apache_beam.metrics import Metrics
 from pipeline.io import spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import HardposOptions, UsageError
-from pipeline.perturb.corpus import CorpusCounts
+from pipeline.perturb.corpus import CorpusCounts, image_key, photo_words
 from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.perturb.relations import RelationCounts, caption_keys
@@ -26,10 +26,12 @@ EMITTED = "emitted"
 class CaptionRowsFn(beam.DoFn):
     """Batch of COCO records -> rows (main), EMITTED source_file per record with rows, dead letters.
 
-    Subclasses set `stage`, `table` and implement rows(record, doc) -> list of rows, raising Skip.
+    Subclasses set `stage`, `table` and implement rows(record, doc) -> list of rows, raising Skip. One that sets
+    `photo_words` gets (record, the word_keys its photo's captions name, or None) pairs (make_rows joins them).
     """
 
     stage = table = ""
+    photo_words = False
 
     def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int):
         self.negative_types = negative_types
@@ -45,8 +47,9 @@ class CaptionRowsFn(beam.DoFn):
     def rows(self, record: dict, doc) -> list[dict]:
         raise NotImplementedError
 
-    def batch_rows(self, records: list[dict], docs: list, corpus) -> list:
-        """Per record, its rows or the Skip that explains why it has none."""
+    def batch_rows(self, records: list[dict], docs: list, corpus, named: list | None = None) -> list:
+        """Per record, its rows or the Skip that explains why it has none (`named`: per record, its photo's
+        word_keys, when photo_words)."""
         out = []
         for record, doc in zip(records, docs, strict=True):
             try:
@@ -56,8 +59,11 @@ class CaptionRowsFn(beam.DoFn):
         return out
 
     def process(self, batch, corpus=None):
+        named = None
+        if self.photo_words:
+            batch, named = [r for r, _ in batch], [words for _, words in batch]
         docs = list(self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size))
-        for record, rows in zip(batch, self.batch_rows(batch, docs, corpus), strict=True):
+        for record, rows in zip(batch, self.batch_rows(batch, docs, corpus, named), strict=True):
             self.caption_counter.inc()
             if isinstance(rows, Skip):
                 Metrics.counter(f"{self.stage}.{self.table}", rows.reason).inc()
@@ -86,7 +92,7 @@ class CountCorpus(beam.CombineFn):
         return CorpusCounts()
 
     def add_input(self, counts, record):
-        counts.add(record["caption"], record.get("image_id"))
+        counts.add(record["caption"])
         return counts
 
     def merge_accumulators(self, accumulators):
@@ -127,6 +133,35 @@ class CountRelations(beam.CombineFn):
 
     def extract_output(self, counts):
         return counts.table()
+
+
+def _caption_words(record):
+    found = photo_words(record["caption"], record.get("image_id"))
+    return [] if found is None else [found]
+
+
+def _by_photo(record):
+    """(the join's key, record): a record with no photo is a group of its own."""
+    image = record.get("image_id")
+    return (image_key(image) if image is not None else ("no photo", record["example_id"])), record
+
+
+def _with_named(item):
+    """(photo, {records, words}) -> (record, the word_keys some caption of its photo names) per record."""
+    key, found = item
+    named = frozenset().union(*found["words"]) if isinstance(key, int) else None
+    for record in found["records"]:
+        yield record, named
+
+
+def join_photo_words(records, counted):
+    """records -> (record, the word_keys the captions of its photo name: None for a record with no image_id),
+    through a join by photo: what the photos name is never held whole. `counted`: every caption whose words
+    count (the input's and --reference_captions')."""
+    keyed = records | "ByPhoto" >> beam.Map(_by_photo)
+    words = counted | "CaptionWords" >> beam.FlatMap(_caption_words)
+    joined = spill.co_group_by_key({"records": keyed, "words": words}, "JoinPhotoWords")
+    return joined | "WithNamed" >> beam.FlatMap(_with_named)
 
 
 def _with_relations(model, relations):
@@ -177,9 +212,12 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
                          | "CountRelations" >> beam.CombineGlobally(CountRelations()))
             model = model | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
         extra, outputs = [beam.pvalue.AsSingleton(model)], {"corpus": model}
-        # the rows wait for the statistics: a spilling run writes the records to files meanwhile and reads them
-        # back once the statistics are made (a local runner would hold them all)
-        records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions", *extra)
+        if fn.photo_words:  # the join's grouping keeps the records in spill files meanwhile, when spilling
+            records = join_photo_words(read["records"], counted)
+        else:
+            # the rows wait for the statistics: a spilling run writes the records to files meanwhile and reads
+            # them back once the statistics are made (a local runner would hold them all)
+            records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions", *extra)
     batches = records | "Batch" >> batch()
     built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
                                                                                    main="rows")

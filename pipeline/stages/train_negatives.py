@@ -43,6 +43,7 @@ class MakeNegativeRows(CaptionRowsFn):
                  ranker: str = "ngram", ranker_model: str | None = None, ranker_device: str = "auto",
                  ranker_batch_size: int = 64):
         super().__init__(negative_types, spacy_model, batch_size)
+        self.photo_words = "replace" in negative_types  # replace never names what its photo's captions name
         self.per_caption, self.seed = per_caption, seed
         self.ranker, self.ranker_model = ranker, ranker_model
         self.ranker_device, self.ranker_batch_size = ranker_device, ranker_batch_size
@@ -60,9 +61,9 @@ class MakeNegativeRows(CaptionRowsFn):
             return self.lm
         return NgramScorer(corpus) if self.ranker == "ngram" else None
 
-    def batch_rows(self, records, docs, corpus):
+    def batch_rows(self, records, docs, corpus, named=None):
         found = self.generators.negatives(docs, [r["example_id"] for r in records], self.seed, self.per_caption,
-                                          corpus, self._scorer(corpus), [r.get("image_id") for r in records])
+                                          corpus, self._scorer(corpus), named)
         out = []
         for record, by_type in zip(records, found, strict=True):
             rows = []
