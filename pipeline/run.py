@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import sys
 
@@ -470,6 +471,7 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
             setattr(opts, flag, read_from or target)
     opts.output_dir = staging
     folder = _spill_folder(opts, options)
+    pipeline = None
     try:
         pipeline = beam.Pipeline(options=options)
         with spill.spilling(folder):
@@ -494,6 +496,8 @@ def _run_into(staging: str, target: str, options: PipelineOptions, opts: Hardpos
             opts.hard_positives_dir, opts.train_negatives_dir = given
         if folder:
             spill.remove_folder(folder)
+        if pipeline is not None:  # Beam removes its temporary folder in run() only: not when the build failed
+            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
     if state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {state}; nothing was written to {target}")
     return read_json(FileSystems.join(staging, REPORT_FILE))

@@ -303,3 +303,21 @@ def test_y2_an_empty_corpus_has_no_words():
     counts = CorpusCounts()
     counts.add("A dog, a dog.")
     assert counts.model().words == 2
+
+
+def test_a_run_whose_graph_fails_to_build_leaves_no_temporary_folder(tmp_path, monkeypatch, capsys):
+    """Beam makes a beam-pipeline-temp* folder with every Pipeline and removes it in run() only: a build that fails
+    left one in the temporary folder per run (hundreds on this machine)."""
+    import tempfile
+
+    import pipeline.stages.order_eval as order_eval
+    from pipeline.options import UsageError
+
+    def refuse(pipeline, opts):
+        raise UsageError("refused while building")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(order_eval, "build", refuse)
+    assert main(["--stage=order_eval", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path / 'out'}"]) == 2
+    assert "refused while building" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("beam-pipeline-temp")] == []
