@@ -64,6 +64,9 @@ class TarSample:
             return "no_image", f"sample {self.key} has no image member"
         if len(images) > 1:
             return "several_images", f"sample {self.key} has {len(images)} image members"
+        repeated = next((x for x in TEXT_SUFFIXES if sum(suffix_of(m.name) == x for m in self.members) > 1), None)
+        if repeated is not None:  # which caption (or metadata) is the sample's cannot be told: never the last, silently
+            return "repeated_field", f"sample {self.key} has {repeated} members twice"
         return None
 
     def images(self) -> list[tarfile.TarInfo]:

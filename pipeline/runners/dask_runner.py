@@ -226,7 +226,8 @@ class DaskRunner(beam_dask.DaskRunner):
                 dask_options["n_workers"] = hardpos.dask_workers
         try:
             client = ddist.Client(**dask_options)
-        except OSError as e:  # nothing listening at the address, or a cluster that could not start: one line
+        except (OSError, TypeError, ValueError) as e:  # nothing answering, a tls:// address without its security
+            # settings (TypeError), a cluster that could not start: one line
             from pipeline.options import UsageError
 
             where = dask_options.get("address") or dask_options.get("scheduler_file")

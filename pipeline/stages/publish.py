@@ -52,13 +52,7 @@ from pipeline.publish.layout import (
     write_new,
 )
 from pipeline.publish.upload import UploadError, check_repo_id, hub_login, upload
-from pipeline.tables.folders import (
-    STAGING_MARK,
-    STAGING_PREFIX,
-    link_target,
-    published_folder_holding,
-    run_table_folder,
-)
+from pipeline.tables.folders import link_target, published_folder_holding, run_table_folder, staging_folder_holding
 from pipeline.urls import has_scheme
 
 STAGE = "publish"
@@ -119,9 +113,7 @@ def check_publish_path(target: Path, output_dir: Path) -> None:
     if any(part.startswith(OWN_PREFIX) for part in Path(os.path.abspath(target)).parts):
         raise PublishError(f"--publish_dir {target}: {OWN_PREFIX}* folders are publish's own (a release being built, "
                            f"the one before it); publish into a folder of its own")
-    here = Path(os.path.abspath(target))
-    staging = next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
-                    and (p / STAGING_MARK).is_file()), None)
+    staging = staging_folder_holding(target)
     if staging is not None:  # a run's staging folder (its mark): committed, or removed once its run is gone
         raise PublishError(f"--publish_dir {target} is inside {staging}, a run's staging folder, which the run or "
                            f"the next one removes; publish into a folder of its own")

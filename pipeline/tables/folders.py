@@ -111,10 +111,28 @@ def report_problem(report) -> str | None:
     return None
 
 
+REPORT_LIMIT = 256 << 20  # a report.json past this is none hardpos wrote (io/report.OWN_FILE_LIMIT)
+
+
+def read_bounded(path, limit: int) -> bytes:
+    """A local file hardpos wrote, read only when it is a regular file of at most `limit` bytes (opened without
+    blocking: a FIFO would hang the open; a sparse 1 GiB file is never read). ValueError (one line) otherwise."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise ValueError("not a regular file")
+        if found.st_size > limit:
+            raise ValueError(f"{found.st_size:,} bytes, more than hardpos writes")
+        return f.read(found.st_size + 1)  # as big as the file: read(n) allocates n bytes first
+
+
 def read_report(path: Path) -> dict:
     """A local report.json, or PublishError naming it when it cannot be read or is not a report."""
     try:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        report = json.loads(read_bounded(path, REPORT_LIMIT).decode("utf-8"))
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past Python's limit
         raise PublishError(f"{path}: unreadable report ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
             from None
@@ -200,6 +218,7 @@ def _manifest_problem(files) -> str | None:
 
 
 MANIFEST_LIMIT = 64 << 20
+CARD_HEAD = 1 << 20  # a card's YAML header (configs of a release from before manifests) lies in its first MiB
 
 
 def read_manifest(folder: Path) -> dict[str, dict]:
@@ -207,9 +226,7 @@ def read_manifest(folder: Path) -> dict[str, dict]:
     PublishError (one line) when it cannot be read or is not one publish wrote."""
     path = folder / MANIFEST
     try:
-        if path.stat().st_size > MANIFEST_LIMIT:  # a manifest lists a release's files: a few kB
-            raise ValueError(f"{path.stat().st_size:,} bytes, more than any manifest")
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        files = json.loads(read_bounded(path, MANIFEST_LIMIT).decode("utf-8"))["files"]  # a release's files: kB
         problem = _manifest_problem(files)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
         problem = f"unreadable: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
@@ -224,8 +241,14 @@ def is_published_folder(path: Path) -> bool:
     if (path / MANIFEST).is_file():
         return True
     card = path / "README.md"
-    return card.is_file() and (path / "data").is_dir() and \
-        "\nconfigs:" in card.read_text(encoding="utf-8", errors="replace").split("\n---", 1)[0]
+    if not (card.is_file() and (path / "data").is_dir()):
+        return False
+    try:
+        with open(card, "rb") as f:  # its YAML header only: a card is never read whole here
+            head = f.read(CARD_HEAD).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return "\nconfigs:" in head.split("\n---", 1)[0]
 
 
 def published_folder_holding(path) -> Path | None:
@@ -561,21 +584,19 @@ def run_table_folder(target: Path) -> Path | None:
 def _recorded_tables(report: Path) -> set[str]:
     """The tables a run's report.json records; none when it cannot be read as one (a FIFO, a huge or damaged
     file: read without blocking and with a bound)."""
-    import stat
-
     try:
-        fd = os.open(report, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        tables = json.loads(read_bounded(report, REPORT_LIMIT)).get("tables")
+    except (OSError, ValueError, RecursionError, AttributeError):
         return set()
-    with os.fdopen(fd, "rb") as f:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_size > MANIFEST_LIMIT:
-            return set()
-        try:
-            tables = json.loads(f.read(found.st_size + 1)).get("tables")
-        except (ValueError, RecursionError, AttributeError):
-            return set()
     return {t for t in tables if isinstance(t, str)} if isinstance(tables, dict) else set()
+
+
+def staging_folder_holding(path) -> Path | None:
+    """The run's staging folder (marked: the run commits it, or a later run removes it once its run is gone) that
+    path is or lies in, else None."""
+    here = Path(os.path.abspath(path))
+    return next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
+                 and (p / STAGING_MARK).is_file()), None)
 
 
 def output_folder_problem(flag: str, folder) -> str | None:
@@ -589,4 +610,8 @@ def output_folder_problem(flag: str, folder) -> str | None:
     release = published_folder_holding(folder)
     if release is not None:
         return f"{flag}={folder} is in the published folder {release}; write into a folder of its own"
+    staging = staging_folder_holding(folder)
+    if staging is not None:
+        return (f"{flag}={folder} is in {staging}, a run's staging folder, which the run or the next one removes; "
+                f"write into a folder of its own")
     return None

@@ -11,6 +11,8 @@ model and returns plain JSON-able figures.
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,14 +64,55 @@ class CastTransform:
         return self.transform(image).to(self.dtype)
 
 
+TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".tsv")  # what the suites and their libraries read whole
+TEXT_LIMIT = 256 << 20  # the largest annotation file of a published suite is tens of MB
+_checked_roots: dict[str, Path] = {}
+
+
 def root_flag(args, flag: str) -> Path:
-    """The folder a root flag names, or SuiteSkipped naming the flag."""
+    """The folder a root flag names, as its absolute real path (clip-benchmark and webdataset read a `pipe:` prefix
+    as a command and a `://` as a URL to curl, whatever a local folder is called), or SuiteSkipped naming the flag.
+    Everything under it is checked once (suite_root_problem): UsageError, one line, before any model loads."""
     value = getattr(args, flag, None)
     if not value:
         raise SuiteSkipped(f"--{flag} not given")
     if not Path(value).is_dir():
         raise SuiteSkipped(f"--{flag}={value} does not exist")
-    return Path(value)
+    real = os.path.realpath(value)
+    if real not in _checked_roots:
+        problem = suite_root_problem(real)
+        if problem:
+            from pipeline.train.clip import UsageError
+
+            raise UsageError(f"--{flag}={value}: {problem}")
+        _checked_roots[real] = Path(real)
+    return _checked_roots[real]
+
+
+def suite_root_problem(root: str) -> str | None:
+    """Why a suite's folder cannot be read safely, or None: an entry that is no file or folder (a FIFO would hang the
+    read, a device never end), a file of the kernel's (/proc/self/environ holds the environment's secrets), or an
+    annotation file (TEXT_SUFFIXES) past TEXT_LIMIT (read whole by the suite or its library). Links are followed,
+    as a user's folder of links to a dataset is."""
+    from pipeline.folder_lock import kernel_file
+
+    for here, dirs, names in os.walk(root, followlinks=True):
+        for name in names + dirs:
+            path = os.path.join(here, name)
+            shown = os.path.relpath(path, root)
+            if kernel_file(path):
+                return f"{shown} is a file of the kernel's ({os.path.realpath(path)}), not data"
+            try:
+                found = os.stat(path)
+            except OSError as e:
+                return f"{shown} cannot be read ({e.strerror or e})"
+            if stat.S_ISDIR(found.st_mode):
+                continue
+            if not stat.S_ISREG(found.st_mode):
+                return f"{shown} is not a regular file (a FIFO or a device would block or never end)"
+            if name.lower().endswith(TEXT_SUFFIXES) and found.st_size > TEXT_LIMIT:
+                return f"{shown} has {found.st_size:,} bytes, more than any suite's annotation file ({TEXT_LIMIT:,})"
+    return None
 
 
 def suite_table() -> dict:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from pipeline.folder_lock import planted_link, write_own
+from pipeline.tables.folders import output_folder_problem
 from pipeline.train.clip import TrainDependencyMissing, UsageError
 from pipeline.train.suites import HARDPOS, SUITES, Context, SuiteSkipped, suite_table
 
@@ -126,6 +127,9 @@ def run_suites(args) -> dict:
     device = evaluate.resolve_device(args.device)
     skipped = check_suites(names, args)
     out = Path(args.out)
+    problem = output_folder_problem("--out", out)  # before the folder is made
+    if problem:
+        raise UsageError(problem)
     out.mkdir(parents=True, exist_ok=True)
     problem = planted_link("--out", str(out), files=[RESULTS_JSON, REPORT_MD, PLOT])  # and no link in its models
     if problem:

@@ -43,8 +43,24 @@ def wds_folder_name(dataset: str) -> str:
     return "wds_" + dataset.replace("/", "-")
 
 
+MAX_SHARDS = 100_000  # clip-benchmark's largest published set has a few hundred
+
+
 def is_wds_folder(path: Path) -> bool:
-    return (path / "test" / "nshards.txt").is_file()
+    """A clip-benchmark WebDataset folder whose test/nshards.txt is a whole number of shards that are all there
+    (0.tar ... N-1.tar): the library reads the number and builds a list that long, so a number no folder holds
+    would cost memory by itself. UsageError (one line) for a file that says otherwise."""
+    nshards = path / "test" / "nshards.txt"
+    if not nshards.is_file():
+        return False
+    text = nshards.read_bytes()[:32].decode("ascii", "replace").strip()
+    count = int(text) if text.isascii() and text.isdigit() else 0
+    if not 1 <= count <= MAX_SHARDS or any(not (path / "test" / f"{k}.tar").is_file() for k in range(count)):
+        from pipeline.train.clip import UsageError
+
+        raise UsageError(f"{nshards}: says {text[:20]!r} shards, but the folder does not hold test/0.tar to "
+                         f"test/N-1.tar for that N")
+    return True
 
 
 def vtab_folders(root: Path) -> dict[str, Path]:

@@ -1,0 +1,159 @@
+"""Round 15 (probe15, on 6fdc049; the Z numbers are the probe's): the evaluator's outside suites read their folders
+as checked local paths (Z1-Z5, Z9, Z11: a `pipe:` folder name ran a command in webdataset, a FIFO hung, a link to
+the kernel's environment was quoted into results.json, a sparse file or a shard count was read whole); reports and
+cards read with a bound (Z6); a check's error says why (Z7); no tool output inside a run's staging folder (Z8); a
+webdataset sample naming its caption twice (Z10); a Dask address Dask cannot use (Z12)."""
+from __future__ import annotations
+
+import os
+import tarfile
+import tracemalloc
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_CAPTIONS = ROOT / "samples" / "coco" / "captions_sample.json"
+
+
+# ---------------------------------------------------------------------------- Z1-Z5, Z9, Z11: the outside suites
+
+def test_z1_a_suite_root_reaches_the_libraries_as_its_absolute_real_path(tmp_path, monkeypatch):
+    from pipeline.train.suites import root_flag
+
+    monkeypatch.chdir(tmp_path)
+    odd = tmp_path / "pipe:touch PWNED;cat x"
+    odd.mkdir()
+    found = root_flag(Namespace(retrieval_root="pipe:touch PWNED;cat x"), "retrieval_root")
+    assert found.is_absolute() and str(found) == os.path.realpath(odd) and not str(found).startswith("pipe:")
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("planted", ["environ", "fifo", "huge_json"])
+def test_z2_z4_z11_a_suite_folder_holding_what_no_suite_publishes_is_refused_in_one_line(planted, tmp_path):
+    from pipeline.train.clip import UsageError
+    from pipeline.train.suites import TEXT_LIMIT, root_flag
+
+    root = tmp_path / "sugarcrepe"
+    (root / "test").mkdir(parents=True)
+    (root / "add_att.json").write_text("[]")
+    if planted == "environ":
+        (root / "test" / "nshards.txt").symlink_to("/proc/self/environ")
+    elif planted == "fifo":
+        os.mkfifo(root / "test" / "classnames.txt")
+    else:
+        with open(root / "replace_rel.json", "wb") as f:
+            f.truncate(TEXT_LIMIT + 1)
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="--sugarcrepe_root=") as refused:
+            root_flag(Namespace(sugarcrepe_root=str(root)), "sugarcrepe_root")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20 and "OPENAI" not in str(refused.value)
+
+
+def test_z5_a_shard_count_the_folder_does_not_hold_is_refused(tmp_path):
+    from pipeline.train.clip import UsageError
+    from pipeline.train.suites.zeroshot import is_wds_folder
+
+    test = tmp_path / "wds_mscoco_captions" / "test"
+    test.mkdir(parents=True)
+    for k in range(2):
+        with tarfile.open(test / f"{k}.tar", "w"):
+            pass
+    (test / "nshards.txt").write_text("2\n")
+    assert is_wds_folder(test.parent)
+    for text in ("3000000", "3", "-1", "x", "\uff12"):
+        (test / "nshards.txt").write_text(text)
+        with pytest.raises(UsageError, match="nshards.txt: says"):
+            is_wds_folder(test.parent)
+
+
+# --------------------------------------------------------------------------------------------- Z6: bounded reads
+
+def test_z6_a_huge_report_or_card_is_never_read_whole(tmp_path):
+    from pipeline.tables.folders import REPORT_LIMIT, PublishError, is_published_folder, read_report
+
+    with open(tmp_path / "report.json", "wb") as f:
+        f.truncate(REPORT_LIMIT + 1)
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "README.md", "wb") as f:
+        f.write(b"---\nconfigs:\n- config_name: x\n---\n")
+        f.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PublishError, match="more than hardpos writes"):
+            read_report(tmp_path / "report.json")
+        assert is_published_folder(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+# ----------------------------------------------------------------------------------------- Z7, Z8, Z10, Z12
+
+def test_z7_a_check_says_why_a_file_cannot_be_read():
+    from pipeline.checks import one_line
+
+    assert "cannot be read as a file" in one_line(FileNotFoundError("/out/replace/zz.parquet"))
+    assert one_line(FileNotFoundError(2, "No such file or directory", "/x")).endswith("No such file or directory: '/x'")
+
+
+def test_z8_no_tool_output_inside_a_runs_staging_folder(tmp_path):
+    from pipeline.tables.folders import output_folder_problem
+
+    marked = tmp_path / "run" / ".staging-hard_positives-0123456789ab"
+    marked.mkdir(parents=True)
+    (marked / ".hardpos-staging").write_text("")
+    assert "a run's staging folder" in output_folder_problem("--out", marked / "ckpt")
+    mine = tmp_path / "run" / ".staging-mine"  # a user's folder named so, unmarked: recovery never touches it
+    mine.mkdir()
+    assert output_folder_problem("--out", mine / "ckpt") is None
+
+
+def test_z8_the_multi_suite_evaluator_refuses_a_staging_folder_before_making_its_out(tmp_path, capsys):
+    from pipeline.train.evaluate import main as evaluate
+
+    marked = tmp_path / ".staging-order_eval-0123456789ab"
+    marked.mkdir()
+    (marked / ".hardpos-staging").write_text("")
+    code = evaluate(["--models=hardpos-tiny:", f"--out={marked / 'ev'}", "--suites=replace", "--workers=0",
+                     f"--data={tmp_path}", f"--images={tmp_path}"])
+    assert code == 2 and "a run's staging folder" in capsys.readouterr().err and not (marked / "ev").exists()
+
+
+def test_z10_a_webdataset_sample_naming_its_caption_twice_is_rejected(tmp_path):
+    import io
+
+    from pipeline.run import main
+
+    def add(tar, name, data: bytes):
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(tmp_path / "00000.tar", "w") as tar:
+        add(tar, "k1.jpg", b"\xff\xd8\xff")
+        add(tar, "k1.txt", b"a dog runs on the grass")
+        add(tar, "k1.txt", b"a cat sleeps on the sofa")
+        add(tar, "k2.jpg", b"\xff\xd8\xff")
+        add(tar, "k2.txt", b"a man rides a horse on the beach")
+    assert main(["--stage=train_negatives", f"--captions={tmp_path}/*.tar", "--captions_format=webdataset",
+                 f"--output_dir={tmp_path / 'out'}", "--allow_empty", "--progress_seconds=0"]) in (0, 1)
+    import json
+
+    section = json.loads((tmp_path / "out" / "report.json").read_text())["tables"]["train_negatives"]
+    assert section["read"] == 2 and section["reject_reasons"].get("repeated_field") == 1 and section["balanced"]
+
+
+def test_z12_a_dask_address_dask_cannot_use_is_one_line(tmp_path):
+    done = run_cli("--stage=order_eval", f"--coco_captions={SAMPLE_CAPTIONS}", f"--output_dir={tmp_path / 'out'}",
+                   "--runner=DaskRunner", "--dask_client_address=tls://127.0.0.1:9")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "error: Dask: no cluster to run on" in done.stderr
