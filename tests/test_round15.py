@@ -157,3 +157,52 @@ def test_z12_a_dask_address_dask_cannot_use_is_one_line(tmp_path):
                    "--runner=DaskRunner", "--dask_client_address=tls://127.0.0.1:9")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "error: Dask: no cluster to run on" in done.stderr
+
+
+# ----------------------------------------------------------------------- probe16 (on 6c3f4d7): fixed at once
+
+def test_v5_v6_a_staging_folder_reached_through_a_link_is_still_one(tmp_path):
+    from pipeline.tables.folders import output_folder_problem, staging_folder_holding
+
+    marked = tmp_path / "run" / ".staging-hard_positives-0123456789ab"
+    marked.mkdir(parents=True)
+    (marked / ".hardpos-staging").write_text("")
+    (tmp_path / "alias").symlink_to(marked)
+    assert staging_folder_holding(tmp_path / "alias" / "pub") == marked
+    assert "a run's staging folder" in output_folder_problem("--out", tmp_path / "alias" / "ev")
+
+
+def test_v1_links_branching_to_the_same_folders_are_walked_once(tmp_path):
+    import time
+
+    from pipeline.train.suites import suite_root_problem
+
+    for level in range(40):  # 2^40 paths if every link were followed as a path of its own
+        here = tmp_path / f"d{level}"
+        here.mkdir()
+        if level:
+            for name in ("a", "b"):
+                (tmp_path / f"d{level - 1}" / name).symlink_to(here)
+    (tmp_path / "d39" / "x.json").write_text("{}")
+    started = time.process_time()
+    assert suite_root_problem(str(tmp_path / "d0")) is None
+    assert time.process_time() - started < 5
+
+
+def test_v3_v4_a_shard_that_is_no_tar_fails_its_suite_not_the_run():
+    import tarfile
+
+    from pipeline.train.suites.runner import SUITE_ERRORS
+
+    assert issubclass(tarfile.ReadError, SUITE_ERRORS)
+
+
+def test_v8_a_captions_file_named_to_the_check_is_never_dropped_silently(tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"tables": {"train_negatives": {
+        "read": 1, "rejected": 0, "balanced": True, "negative_types": {}}}}))
+    done = run_cli(str(out), f"--coco_captions={tmp_path / 'missing.json'}", module="pipeline.checks.negatives")
+    assert done.returncode == 2 and "--coco_captions=" in done.stderr and "no such file" in done.stderr

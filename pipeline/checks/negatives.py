@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{args.output_dir}: its report.json records no {TABLE} table (--stage={TABLE} makes "
                              f"one)")
         targets, why = yield_targets(args.yield_targets, section["read"] - section["rejected"], asked)
+        if args.coco_captions is not None and not os.path.isfile(args.coco_captions):  # named: never dropped silently
+            raise ValueError(f"--coco_captions={args.coco_captions}: no such file (a FIFO or a folder is none)")
         violations, figures = check_output(args.output_dir, targets, args.coco_captions)
     except CHECK_INPUT_ERRORS as e:  # an unreadable folder or captions file: one line, as the pipeline says it
         print(f"error: {one_line(e)}", file=sys.stderr)

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.io.dead_letters import DISCARDED, REJECTED
 from pipeline.tables.folders import merge_reports  # noqa: F401  (commit.py and stages use it from here)
+from pipeline.tables.folders import read_bounded
 from pipeline.tables.folders import REPORT_FILE  # noqa: F401  (run.py, stages/ and checks/ import it from here)
 from pipeline.urls import has_scheme
 
@@ -126,23 +127,13 @@ OWN_FILE_LIMIT = 256 << 20  # a report or commit record: a few MB at CC3M's size
 
 
 def read_own_file(path: str) -> bytes:
-    """A local file of hardpos's own folders (a report, a commit record), opened without blocking and read only when
-    it is a regular file of at most OWN_FILE_LIMIT bytes: a FIFO planted there would hang the open or the read, a
-    folder would be a traceback, a sparse 1 GiB file would be read whole. ValueError (one line) for anything else;
-    OSError as open raises it (a missing file)."""
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    found = os.fstat(fd)
-    if not stat.S_ISREG(found.st_mode) or found.st_size > OWN_FILE_LIMIT:
-        os.close(fd)
-        mode = found.st_mode
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else \
-            "not a regular file" if not stat.S_ISREG(mode) else f"{found.st_size:,} bytes, more than any report"
-        raise ValueError(f"{path}: {kind}, not a file hardpos wrote")
-    with os.fdopen(fd, "rb") as f:
-        return f.read(min(found.st_size, OWN_FILE_LIMIT) + 1)  # read(n) allocates n bytes up front
+    """A local file of hardpos's own folders (a report, a commit record), read with tables/folders.read_bounded's
+    checks and OWN_FILE_LIMIT: ValueError (one line, naming the path) for a FIFO, a folder or a file larger than
+    any report; OSError as open raises it (a missing file)."""
+    try:
+        return read_bounded(path, OWN_FILE_LIMIT, "more than any report, not a file hardpos wrote")
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def format_summary(report: dict) -> str:

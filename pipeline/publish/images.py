@@ -736,23 +736,19 @@ OWN_JSON_LIMIT = 64 << 20  # a shard's _stats.json, settings.json, report.json: 
 
 
 def own_json(path: str, hint: str = "") -> dict:
-    """A JSON object file the images stage (or img2dataset) wrote: read without blocking, only when it is a regular
-    file of at most OWN_JSON_LIMIT bytes holding a JSON object. PlantedEntry (one line) otherwise: a 1 GiB sparse
-    file is never read whole, an empty, a '[]' or a deeply nested one is no traceback. OSError as open raises it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        found = os.fstat(fd)
-        why = None
-        if not stat.S_ISREG(found.st_mode):
-            why = "not a regular file"
-        elif found.st_size > OWN_JSON_LIMIT:
-            why = f"{found.st_size:,} bytes, more than the stage ever writes"
-        else:
-            try:
-                value = json.loads(f.read(found.st_size + 1))  # as big as the file: read(n) allocates n
-                why = None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
-            except (ValueError, RecursionError) as e:
-                why = "not JSON" if isinstance(e, RecursionError) else (str(e).splitlines() or ["not JSON"])[0][:80]
+    """A JSON object file the images stage (or img2dataset) wrote: read through tables/folders.read_bounded (a regular
+    file, not a link, of at most OWN_JSON_LIMIT bytes, never read past its size) and holding a JSON object.
+    PlantedEntry (one line) otherwise: a 1 GiB sparse file is never read whole, an empty, a '[]' or a deeply nested
+    one is no traceback. OSError as open raises it."""
+    from pipeline.tables.folders import read_bounded
+
+    try:
+        value = json.loads(read_bounded(path, OWN_JSON_LIMIT, "more than the stage ever writes", os.O_NOFOLLOW))
+        why = None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
+    except RecursionError:
+        why = "not JSON"
+    except ValueError as e:  # read_bounded's, or json's
+        why = (str(e).splitlines() or ["not JSON"])[0][:80]
     if why is not None:
         raise PlantedEntry(f"{path}: {why}; the images stage did not write it this way: move it away{hint}")
     return value

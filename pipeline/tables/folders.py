@@ -114,19 +114,24 @@ def report_problem(report) -> str | None:
 REPORT_LIMIT = 256 << 20  # a report.json past this is none hardpos wrote (io/report.OWN_FILE_LIMIT)
 
 
-def read_bounded(path, limit: int) -> bytes:
-    """A local file hardpos wrote, read only when it is a regular file of at most `limit` bytes (opened without
-    blocking: a FIFO would hang the open; a sparse 1 GiB file is never read). ValueError (one line) otherwise."""
+def read_bounded(path, limit: int, larger: str = "more than hardpos writes", flags: int = 0) -> bytes:
+    """A local file of hardpos's own (a report, a manifest, a commit record, the images stage's JSON), read only when
+    it is a regular file of at most `limit` bytes: opened without blocking (a FIFO would hang the open), never read
+    past its size (a sparse 1 GiB file is refused unread). ValueError (one line: what it is instead, or its size and
+    `larger`) otherwise; OSError as open raises it (a missing file). `flags`: more for os.open (O_NOFOLLOW)."""
     import stat
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    found = os.fstat(fd)  # before fdopen, which refuses a folder with a traceback of its own
+    mode, size = found.st_mode, found.st_size
+    if not stat.S_ISREG(mode) or size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ValueError(f"{kind}, not a file hardpos wrote")
+        raise ValueError(f"{size:,} bytes, {larger}")
     with os.fdopen(fd, "rb") as f:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode):
-            raise ValueError("not a regular file")
-        if found.st_size > limit:
-            raise ValueError(f"{found.st_size:,} bytes, more than hardpos writes")
-        return f.read(found.st_size + 1)  # as big as the file: read(n) allocates n bytes first
+        return f.read(size + 1)  # as big as the file: read(n) allocates n bytes first
 
 
 def read_report(path: Path) -> dict:
@@ -226,7 +231,7 @@ def read_manifest(folder: Path) -> dict[str, dict]:
     PublishError (one line) when it cannot be read or is not one publish wrote."""
     path = folder / MANIFEST
     try:
-        files = json.loads(read_bounded(path, MANIFEST_LIMIT).decode("utf-8"))["files"]  # a release's files: kB
+        files = json.loads(read_bounded(path, MANIFEST_LIMIT, "more than any manifest").decode("utf-8"))["files"]
         problem = _manifest_problem(files)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
         problem = f"unreadable: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
@@ -594,9 +599,12 @@ def _recorded_tables(report: Path) -> set[str]:
 def staging_folder_holding(path) -> Path | None:
     """The run's staging folder (marked: the run commits it, or a later run removes it once its run is gone) that
     path is or lies in, else None."""
-    here = Path(os.path.abspath(path))
-    return next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
-                 and (p / STAGING_MARK).is_file()), None)
+    for here in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):  # as named, and real
+        found = next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
+                      and (p / STAGING_MARK).is_file()), None)
+        if found is not None:
+            return found
+    return None
 
 
 def output_folder_problem(flag: str, folder) -> str | None:

@@ -96,7 +96,16 @@ def suite_root_problem(root: str) -> str | None:
     as a user's folder of links to a dataset is."""
     from pipeline.folder_lock import kernel_file
 
+    seen = {os.path.realpath(root)}
     for here, dirs, names in os.walk(root, followlinks=True):
+        # each real folder once: links that branch to the same folders (a to d1, b to d1, ...) would be 2^depth paths
+        kept = []
+        for d in dirs:
+            real = os.path.realpath(os.path.join(here, d))
+            if real not in seen:
+                seen.add(real)
+                kept.append(d)
+        dirs[:] = kept
         for name in names + dirs:
             path = os.path.join(here, name)
             shown = os.path.relpath(path, root)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from pipeline.train.clip import TrainDependencyMissing, UsageError
 from pipeline.train.suites import HARDPOS, SUITES, Context, SuiteSkipped, suite_table
 
 RESULTS_JSON, REPORT_MD, PLOT = "results.json", "report.md", "augmented_vs_brittleness.png"
+
+# What one suite's data or library may raise: the suite is recorded as failed (one line) and the run goes on (a
+# shard that is no tar: tarfile.ReadError).
+SUITE_ERRORS = (ValueError, OSError, KeyError, IndexError, TypeError, RuntimeError, tarfile.TarError)
 
 
 def parse_suites(value: str) -> list[str]:
@@ -101,7 +106,7 @@ def run_model(ctx: Context, names: list[str], skipped: dict[str, str], args) -> 
                 out[name] = {"status": "ok", **module.run(name, ctx, args)}
             except SuiteSkipped as e:
                 out[name] = {"status": "skipped", "reason": str(e)}
-            except (ValueError, OSError, KeyError, IndexError, TypeError, RuntimeError) as e:  # this suite only
+            except SUITE_ERRORS as e:  # this suite only
                 out[name] = {"status": "failed", "reason": _one_line(e)}
             out[name]["seconds"] = round(time.monotonic() - started, 2)
         out[name]["kind"] = kind
