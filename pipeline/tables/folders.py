@@ -256,13 +256,19 @@ def is_published_folder(path: Path) -> bool:
     return "\nconfigs:" in head.split("\n---", 1)[0]
 
 
-def published_folder_holding(path) -> Path | None:
-    """The published folder that path is or lies in (a folder no stage writes into), else None."""
-    for here in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):  # as named, and real
-        found = next((p for p in (here, *here.parents) if is_published_folder(p)), None)
+def folder_holding(path, is_it) -> Path | None:
+    """The first folder that path is or lies in, as named and then as really (links resolved), for which is_it(folder)
+    holds; None when there is none."""
+    for here in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
+        found = next((p for p in (here, *here.parents) if is_it(p)), None)
         if found is not None:
             return found
     return None
+
+
+def published_folder_holding(path) -> Path | None:
+    """The published folder that path is or lies in (a folder no stage writes into), else None."""
+    return folder_holding(path, is_published_folder)
 
 
 def _stage_of(report: dict, section: dict) -> str | None:
@@ -577,13 +583,13 @@ def run_table_folder(target: Path) -> Path | None:
     # the tables, their dead letters, and the default LLM cache, whose table folders the stages write into; and
     # the tables the run's report records (eval_sets' replace and swap are named apart from their schemas)
     names = {p.stem for p in resource_dir("schemas").glob("*.json")} | {REJECTED, DISCARDED, "llm_cache"}
-    for here in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
-        for folder in (here, *here.parents):
-            report = folder.parent / REPORT_FILE
-            if folder.parent != folder and report.is_file() and (folder.name in names
-                                                                  or folder.name in _recorded_tables(report)):
-                return folder
-    return None
+
+    def is_table_folder(folder: Path) -> bool:
+        report = folder.parent / REPORT_FILE
+        return folder.parent != folder and report.is_file() and (folder.name in names
+                                                                 or folder.name in _recorded_tables(report))
+
+    return folder_holding(target, is_table_folder)
 
 
 def _recorded_tables(report: Path) -> set[str]:
@@ -599,12 +605,7 @@ def _recorded_tables(report: Path) -> set[str]:
 def staging_folder_holding(path) -> Path | None:
     """The run's staging folder (marked: the run commits it, or a later run removes it once its run is gone) that
     path is or lies in, else None."""
-    for here in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):  # as named, and real
-        found = next((p for p in (here, *here.parents) if p.name.startswith(STAGING_PREFIX)
-                      and (p / STAGING_MARK).is_file()), None)
-        if found is not None:
-            return found
-    return None
+    return folder_holding(path, lambda p: p.name.startswith(STAGING_PREFIX) and (p / STAGING_MARK).is_file())
 
 
 def output_folder_problem(flag: str, folder) -> str | None:
