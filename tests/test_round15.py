@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tarfile
 import tracemalloc
+import time
 from argparse import Namespace
 from pathlib import Path
 
@@ -206,3 +207,103 @@ def test_v8_a_captions_file_named_to_the_check_is_never_dropped_silently(tmp_pat
         "read": 1, "rejected": 0, "balanced": True, "negative_types": {}}}}))
     done = run_cli(str(out), f"--coco_captions={tmp_path / 'missing.json'}", module="pipeline.checks.negatives")
     assert done.returncode == 2 and "--coco_captions=" in done.stderr and "no such file" in done.stderr
+
+
+# ---------------------------------------------------------------------------- V2, V7 and after: inside a suite's shard
+
+def _shard(folder: Path, members: dict, mode: str = "w", sparse: dict | None = None) -> Path:
+    """test/0.tar of a clip-benchmark retrieval folder holding `members` (name -> bytes) and `sparse` (name -> a
+    size whose bytes are a hole)."""
+    import io
+
+    test = folder / "test"
+    test.mkdir(parents=True)
+    (test / "nshards.txt").write_text("1")
+    (folder / "dataset_type.txt").write_text("retrieval")
+    with tarfile.open(test / "0.tar", mode) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, size in (sparse or {}).items():
+            hole = folder / "hole"
+            with open(hole, "wb") as f:
+                f.truncate(size)
+            with open(hole, "rb") as f:
+                info = tar.gettarinfo(str(hole), arcname=name)
+                tar.addfile(info, f)
+            hole.unlink()
+    return folder
+
+
+@pytest.mark.parametrize("case", ["gzip_caption", "sparse_caption", "one_big_sample", "pickle", "torch", "gz_member"])
+def test_v2_v7_a_shard_member_past_its_bound_or_decoded_by_running_code_is_refused(case, tmp_path):
+    import pickle
+
+    from pipeline.train.clip import UsageError
+    from pipeline.train.suites import MEMBER_TEXT_LIMIT, SAMPLE_LIMIT, root_flag
+
+    root = tmp_path / "retrieval"
+    folder = root / "wds_mscoco_captions"
+    image = b"\xff\xd8" + b"x" * 100
+    if case == "gzip_caption":  # V2: a few KB on disk, 64 MiB of caption lines once read
+        _shard(folder, {"s0.jpg": image, "s0.txt": b"a cat\n" * (MEMBER_TEXT_LIMIT // 6 + 1)}, mode="w:gz")
+        assert (folder / "test" / "0.tar").stat().st_size < 1 << 20
+    elif case == "sparse_caption":  # V7
+        _shard(folder, {"s0.jpg": image}, sparse={"s0.txt": 512 << 20})
+    elif case == "one_big_sample":  # small members under one key, together past a sample
+        _shard(folder, {"s0.jpg": image}, sparse={f"s0.x{k}": SAMPLE_LIMIT // 4 for k in range(5)})
+    elif case == "pickle":
+        _shard(folder, {"s0.jpg": image, "s0.txt": b"a cat", "s0.pyd": pickle.dumps({"x": 1})})
+    elif case == "torch":
+        _shard(folder, {"s0.jpg": image, "s0.txt": b"a cat", "s0.meta.PTH": b"x"})
+    else:
+        _shard(folder, {"s0.jpg": image, "s0.txt.gz": b"x"})
+    started = time.process_time()
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="--retrieval_root=.*0.tar: (member|sample) ") as refused:
+            root_flag(Namespace(retrieval_root=str(root)), "retrieval_root")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20 and time.process_time() - started < 20, (peak, str(refused.value))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_published_shaped_shard_passes_the_walk(tmp_path):
+    from pipeline.train.suites import suite_root_problem
+
+    root = tmp_path / "retrieval"
+    _shard(root / "wds_flickr30k", {f"s{k}.{ext}": data for k in range(3)
+                                    for ext, data in (("webp", b"RIFF" + b"x" * 4000), ("txt", b"a dog\na cat\n"),
+                                                      ("json", b"{}"))})
+    assert suite_root_problem(str(root)) is None
+
+
+class _RunsCode:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_pickled_member_never_runs_when_the_evaluator_is_pointed_at_its_shard(tmp_path, capsys):
+    """On 8784b04 webdataset unpickled s0.pyd while clip-benchmark read the sample: the file named ran."""
+    import pickle
+
+    from pipeline.train.evaluate import main as evaluate
+
+    import io
+
+    from PIL import Image
+
+    marker, jpeg = tmp_path / "PWNED", io.BytesIO()
+    Image.new("RGB", (8, 8)).save(jpeg, "JPEG")
+    _shard(tmp_path / "ret" / "wds_mscoco_captions",
+           {"s0.jpg": jpeg.getvalue(), "s0.txt": b"a cat", "s0.pyd": pickle.dumps(_RunsCode(str(marker)))})
+    code = evaluate(["--models=hardpos-tiny:", f"--out={tmp_path / 'ev'}", "--suites=coco_retrieval",
+                     f"--retrieval_root={tmp_path / 'ret'}", "--workers=0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s0.pyd" in err and "running the code" in err and not marker.exists()

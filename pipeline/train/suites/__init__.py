@@ -66,6 +66,16 @@ class CastTransform:
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".tsv")  # what the suites and their libraries read whole
 TEXT_LIMIT = 256 << 20  # the largest annotation file of a published suite is tens of MB
+# Inside a WebDataset shard: webdataset reads each member whole and keeps one sample's members together, and
+# clip-benchmark tokenizes every line of a caption member. Published samples: an image of a few MB, captions,
+# a class number or a small JSON of a few hundred bytes.
+SAMPLE_LIMIT = 64 << 20
+MEMBER_TEXT_LIMIT = 64 << 10
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+# webdataset decodes every member of a sample by the last part of its name with default handlers the suites never
+# turn off: .pyd/.pickle through pickle.loads and .pth through torch.load (both run code the file names), .gz by
+# gunzipping whole. No published suite shard holds one.
+UNSAFE_MEMBER_SUFFIXES = (".pyd", ".pickle", ".pth", ".gz")
 _checked_roots: dict[str, Path] = {}
 
 
@@ -121,6 +131,45 @@ def suite_root_problem(root: str) -> str | None:
                 return f"{shown} is not a regular file (a FIFO or a device would block or never end)"
             if name.lower().endswith(TEXT_SUFFIXES) and found.st_size > TEXT_LIMIT:
                 return f"{shown} has {found.st_size:,} bytes, more than any suite's annotation file ({TEXT_LIMIT:,})"
+            if name.lower().endswith(".tar"):
+                problem = shard_problem(path)
+                if problem:
+                    return f"{shown}: {problem}"
+    return None
+
+
+def shard_problem(path: str) -> str | None:
+    """Why a WebDataset shard cannot be read safely, or None: a member webdataset would decode by running code or
+    by unbounded expansion (UNSAFE_MEMBER_SUFFIXES), a text member (caption, class, JSON) past MEMBER_TEXT_LIMIT,
+    or one sample's members (webdataset's key: the name up to the first dot of its base name, consecutive members)
+    past SAMPLE_LIMIT. Sizes come from the headers, so a sparse or compressed member is caught without being read;
+    a gzip shard is decompressed once, in a stream. A shard that is no tar is left to its suite, which then fails
+    alone."""
+    import tarfile
+
+    key, sample_bytes = None, 0
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            while (member := tar.next()) is not None:
+                tar.members.clear()  # a shard of millions of members would otherwise be held as a list
+                if not member.isfile():
+                    continue
+                base = member.name.rsplit("/", 1)[-1]
+                prefix = member.name[:len(member.name) - len(base)]
+                name_key = prefix + base.split(".", 1)[0]
+                suffix = "." + base.rsplit(".", 1)[-1].lower() if "." in base else ""
+                if suffix in UNSAFE_MEMBER_SUFFIXES:
+                    return (f"member {member.name[:200]!r} is a {suffix} file, which webdataset decodes by "
+                            f"{'gunzipping it whole' if suffix == '.gz' else 'running the code it holds'}")
+                if suffix not in IMAGE_SUFFIXES and member.size > MEMBER_TEXT_LIMIT:
+                    return (f"member {member.name[:200]!r} has {member.size:,} bytes, more than a sample's text "
+                            f"({MEMBER_TEXT_LIMIT:,})")
+                sample_bytes = member.size + (sample_bytes if name_key == key else 0)
+                key = name_key
+                if sample_bytes > SAMPLE_LIMIT:
+                    return f"sample {key[:200]!r} has {sample_bytes:,} bytes, more than a sample ({SAMPLE_LIMIT:,})"
+    except (tarfile.TarError, OSError, EOFError):
+        return None
     return None
 
 
