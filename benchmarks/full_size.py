@@ -307,6 +307,9 @@ def main(argv=None) -> int:
                         help="the input as one COCO captions file, or as img2dataset's parquet shards (--captions)")
     parser.add_argument("--runner", choices=("direct", "dask"), default="direct",
                         help="the DirectRunner in --workers processes, or Dask's local cluster of --workers workers")
+    parser.add_argument("--yardstick", action="store_true",
+                        help="also parse the same captions on one core with the stages' spaCy pipeline, in this run, "
+                             "and print each run's CPU-seconds against it (benchmarks/cpu_breakdown.py)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="the full_size.json of a run at another size (e.g. 591,753): prints the memory growth "
                              "per 100,000 captions between the two, the peak's ratio and the wall time against linear")
@@ -335,6 +338,15 @@ def main(argv=None) -> int:
                                                                                      *coco, *llm],
              "train_set": ["--stage=train_set", *coco]})
     results = {"input": made, "runs": {}}
+    if ns.yardstick:
+        from benchmarks.cpu_breakdown import yardstick
+
+        annotations = json.loads(captions_path.read_text())["annotations"] if ns.format == "coco" else None
+        if annotations is None:
+            raise SystemExit("--yardstick needs --format=coco")
+        y = results["yardstick"] = yardstick([a["caption"].strip() for a in annotations], 256)
+        print(f"yardstick: spaCy {'+'.join(y['components'])} over {y['captions']:,} captions on one core: "
+              f"{y['cpu_s']} CPU-s ({y['ms_per_caption']} ms per caption)", flush=True)
     for name, args in runs.items():
         result = run_stage([*args, *common], ns.work / f"{name}.log")
         results["runs"][name] = result
@@ -342,6 +354,11 @@ def main(argv=None) -> int:
               f"{result['launcher_peak_rss_mb']:,} MB, workers {result['worker_peak_rss_mb']} MB, all processes "
               f"{result['all_processes_peak_rss_mb']:,} MB ({result['all_processes_peak_rss_mb'] / ns.captions * 1e5:,.1f}"
               f" MB per 100,000 captions; {result['wall_s'] / ns.captions * 1e5:,.1f} s per 100,000)", flush=True)
+        if ns.yardstick:
+            y = results["yardstick"]
+            result["cpu_vs_yardstick"] = round(result["cpu_s"] / y["cpu_s"], 2)
+            print(f"   CPU {result['cpu_s']:,} s = {result['cpu_vs_yardstick']}x the yardstick's {y['cpu_s']} s "
+                  f"({1000 * result['cpu_s'] / ns.captions:.2f} ms per caption)", flush=True)
         for part in result["chain"]:
             print(f"   {part['stage']}: wall {part['wall_s']:,} s, peak RSS launcher "
                   f"{part['launcher_peak_rss_mb']:,} MB, workers {part['worker_peak_rss_mb']} MB, all processes "

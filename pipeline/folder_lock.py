@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -115,12 +116,45 @@ def planted_link(flag: str, folder: str, files=(), folders=(), file_names=None) 
 KERNEL_FOLDERS = ("/proc/", "/sys/")  # a device under /dev/ is no regular file: refused as one
 
 
+# File systems whose files the kernel makes up as they are read (the process's environment, its memory, settings)
+KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "cgroup", "cgroup2",
+                                 "bpf", "pstore", "efivarfs", "fusectl", "binfmt_misc", "selinuxfs", "mqueue"})
+_kernel_mounts: tuple[str, ...] | None = None
+
+
+def kernel_mounts(mountinfo: str | None = None) -> tuple[str, ...]:
+    """Where such file systems are mounted, each ending in "/" (from /proc/self/mountinfo, read once a process;
+    `mountinfo`: its text, for a test). A container can mount the host's /proc anywhere (/host/proc)."""
+    global _kernel_mounts
+    from_file = mountinfo is None
+    if from_file and _kernel_mounts is not None:
+        return _kernel_mounts
+    if from_file:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+                mountinfo = f.read(4 << 20)
+        except OSError:
+            mountinfo = ""
+    found = set(KERNEL_FOLDERS)
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split(" ")
+        if len(parts) > 4 and rest.split(" ", 1)[0] in KERNEL_FILE_SYSTEMS:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4])  # mountinfo's octal escapes
+            found.add(point.rstrip("/") + "/")
+    mounts = tuple(sorted(found))
+    if from_file:
+        _kernel_mounts = mounts
+    return mounts
+
+
 def kernel_file(path) -> bool:
     """Whether a local path is (or links to) a file of the kernel's, such as /proc/self/environ: stat calls it a
-    regular file of 0 bytes, yet it reads as the process's environment, secrets included. Never data to read."""
+    regular file of 0 bytes, yet it reads as the process's environment, secrets included. Never data to read. Known
+    by where kernel file systems are mounted (/proc and /sys, and any other mount of proc, sysfs, ...)."""
     if has_scheme(str(path)):
         return False
-    return (os.path.realpath(path) + "/").startswith(KERNEL_FOLDERS)
+    return (os.path.realpath(path) + "/").startswith(kernel_mounts())
 
 
 def open_new(path, mode: int = 0o644) -> int:

@@ -30,6 +30,7 @@ import ctypes
 import errno
 import functools
 import gc
+import json
 import logging
 import re
 import tempfile
@@ -53,7 +54,7 @@ from pipeline.io.commit import (
     remove_staging,
     replace_file,
 )
-from pipeline.io import spill
+from pipeline.io import parses, spill
 from pipeline.io.progress import ProgressPrinter, poll_metrics
 from pipeline.io.report import (
     REPORT_FILE,
@@ -204,6 +205,28 @@ def _check_dask_address(options: PipelineOptions) -> None:
     if isinstance(address, str) and not _DASK_ADDRESS.fullmatch(address):
         raise UsageError("--dask_client_address is not a Dask scheduler's address, [PROTOCOL://]HOST:PORT (not shown "
                          "here: a user, password or query in it may be a secret)")
+    scheduler_file = found.get("scheduler_file") or found.get("dask_scheduler_file")
+    if isinstance(scheduler_file, str):
+        _check_scheduler_file(scheduler_file)
+
+
+def _check_scheduler_file(path: str) -> None:
+    """--dask_scheduler_file is a regular file (Dask's open of a FIFO blocked past every timeout), of a scheduler
+    that has started (Dask would wait for the file), whose address passes as --dask_client_address's does."""
+    from pipeline.folder_lock import kernel_file
+    from pipeline.tables.folders import read_bounded
+
+    try:
+        if kernel_file(path):
+            raise ValueError("a file of the kernel's")
+        address = json.loads(read_bounded(path, 1 << 20, "more than a Dask scheduler file").decode("utf-8"))["address"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0] if str(e) else \
+            type(e).__name__
+        raise UsageError(f"--dask_scheduler_file={path}: not a running Dask scheduler's file ({why[:200]})") from None
+    if not isinstance(address, str) or not _DASK_ADDRESS.fullmatch(address):
+        raise UsageError(f"--dask_scheduler_file={path}: its address is not a Dask scheduler's, [PROTOCOL://]HOST:PORT "
+                         f"(not shown here: a user, password or query in it may be a secret)")
 
 
 def _check_url_schemes(opts: HardposOptions) -> None:
@@ -385,6 +408,8 @@ def _stage_and_commit(options: PipelineOptions, opts: HardposOptions, staging: s
         for sub in links:
             reports.append(_run_link(options, opts, staging, name, sub, reports) if len(links) > 1
                            else _run_stage(options, opts, staging))
+    if len(links) > 1:
+        parses.remove(parses.folder_of(staging))  # the chain's own, never a result
     commit(staging, target, reports)
     if len(links) == 1:
         return reports[0]
@@ -432,8 +457,12 @@ def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name
     if sub == "train_set":
         write_json(FileSystems.join(staging, REPORT_FILE), functools.reduce(merge_reports, staged, None))
     started = time.monotonic()
+    shared = parses.folder_of(staging) if name == "all" and all_stages.shares_parses(opts) else None
+    keep = parses.keeping(shared if sub == "train_negatives" else None)
+    read = parses.reading(shared if sub == "hard_positives" and shared and parses.listed(shared) else None)
     try:
-        report = _run_stage(options, opts, staging, staging if sub == "train_set" else None)
+        with keep, read:
+            report = _run_stage(options, opts, staging, staging if sub == "train_set" else None)
     finally:
         opts.stage = name
         opts.hard_positives_dir = opts.train_negatives_dir = None
@@ -542,7 +571,8 @@ _ERRNO_IN_TEXT = re.compile(r"\[Errno (\d+)\] ([^\n]*)")
 
 def input_changed(exc: BaseException | None) -> str | None:
     """The line of a worker's error saying an input file changed since the launcher read it (the replay file:
-    llm/engines.REPLAY_CHANGED), however Beam wrapped it; None when exc is no such error."""
+    llm/engines.REPLAY_CHANGED; a chain's parse table, io/parses.py), however Beam wrapped it; None when exc is no
+    such error."""
     from pipeline.llm.engines import REPLAY_CHANGED
 
     seen = set()
@@ -550,7 +580,7 @@ def input_changed(exc: BaseException | None) -> str | None:
         seen.add(id(exc))
         line = next((text for text in str(exc).splitlines() if REPLAY_CHANGED in text), None)
         if line is not None:
-            return line.split(" [while running")[0].split("ReplayError: ")[-1].strip()
+            return line.split(" [while running")[0].split("ReplayError: ")[-1].split("ParseTableMismatch: ")[-1].strip()
         exc = exc.__cause__ or exc.__context__
     return None
 

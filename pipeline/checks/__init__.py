@@ -11,7 +11,7 @@ CHECK_INPUT_ERRORS = (OSError, ValueError, KeyError, TypeError, RecursionError, 
 def one_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     if isinstance(error, KeyError):
-        return f"no {text} in the report"
+        return f"no {text} where the check reads it (the report, or a row of its tables)"
     if isinstance(error, OSError) and not error.strerror:  # pyarrow's FileNotFoundError of a FIFO: only a path
         text = f"{text}: cannot be read as a file ({type(error).__name__})"
     return text.splitlines()[0][:300]

@@ -115,8 +115,18 @@ def check_source_captions(rows: list[dict], root: str) -> list[str]:
     sources = {rel: read_json_list(os.path.join(root, rel)) for rel in vl_checklist.FILES.values()}
     problems = []
     for row in rows:
-        raw = sources[row["source_file"]][row["source_index"]]
-        source = [raw[1]["POS"][0], raw[1]["NEG"][0]]
+        held = sources.get(row["source_file"])
+        index = row["source_index"]
+        if held is None or not isinstance(index, int) or not 0 <= index < len(held):
+            problems.append(f"{row['source_file']}:{index}: no such record in --vl_checklist_root "
+                            f"({'no such file' if held is None else f'the file holds {len(held):,}'})")
+            continue
+        try:
+            raw = held[index]
+            source = [raw[1]["POS"][0], raw[1]["NEG"][0]]
+        except (KeyError, IndexError, TypeError):
+            problems.append(f"{row['source_file']}:{index}: the record is not a VL-CheckList record")
+            continue
         if [row["source_caption"], row["source_negative"]] != source:
             problems.append(f"{row['source_file']}:{row['source_index']}: source captions differ from the source")
         if [row["caption"], row["hard_negative"]] != [lower_case(single_spaced(t)) for t in source]:
@@ -160,7 +170,15 @@ def check_output(output_dir: str, vl_checklist_root: str | None = None) -> tuple
         if table not in report["tables"]:
             continue
         # Every Parquet file in the table folder, shard-named or not: a stray file would load with the table.
-        rows = _read_parquet(os.path.join(output_dir, table, "*.parquet"))
+        rows = []
+        for path in sorted(glob.glob(os.path.join(output_dir, table, "*.parquet"))):
+            found = read_table(path)
+            missing = [c for c in ("source_file", "source_index") if c not in found.column_names]
+            if missing:
+                problems.append(f"{table}: {os.path.basename(path)} has no {missing[0]} column: not one of the "
+                                f"table's shards, yet it would load with them")
+                continue
+            rows += found.to_pylist()
         checked[table] = len(rows)
         for row in rows:
             problems += [f"{table} {row['source_file']}:{row['source_index']}: {p}" for p in check(row)]

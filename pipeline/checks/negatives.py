@@ -246,16 +246,28 @@ def check_output(output_dir: str, min_yields: dict[str, float] | None = None, ca
     return violations, figures
 
 
-def _min_yield(text: str) -> tuple[str, float]:
-    kind, _, value = text.partition("=")
+def _fraction(value: str) -> float:
     try:
         fraction = float(value)
     except ValueError:
         fraction = -1.0
-    if not kind or not 0 <= fraction <= 1:
-        raise argparse.ArgumentTypeError(f"expected TYPE=FRACTION with FRACTION in [0, 1], e.g. replace=0.95; got "
+    if not 0 <= fraction <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a FRACTION in [0, 1]; got {value!r}")
+    return fraction
+
+
+def _min_yield(text: str) -> tuple[str, float]:
+    from pipeline.perturb.generators import NEGATIVE_TYPES
+
+    kind, _, value = text.partition("=")
+    if kind not in NEGATIVE_TYPES:
+        raise argparse.ArgumentTypeError(f"expected TYPE=FRACTION, TYPE one of {', '.join(NEGATIVE_TYPES)}; got "
                                          f"{text!r}")
-    return kind, fraction
+    try:
+        return kind, _fraction(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected TYPE=FRACTION with FRACTION in [0, 1], e.g. replace=0.95; got "
+                                         f"{text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"or more), release always, none never.")
     parser.add_argument("--min_yield", type=_min_yield, action="append", default=[], metavar="TYPE=FRACTION",
                         help="A yield target of your own, e.g. swap=0.05 (repeatable); applied whatever the size.")
-    parser.add_argument("--min_replace_yield", type=float, default=None,
+    parser.add_argument("--min_replace_yield", type=_fraction, default=None,
                         help="Same as --min_yield replace=FRACTION.")
     args = parser.parse_args(argv)
     asked = dict(args.min_yield)
@@ -285,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.coco_captions is not None and not os.path.isfile(args.coco_captions):  # named: never dropped silently
             raise ValueError(f"--coco_captions={args.coco_captions}: no such file (a FIFO or a folder is none)")
         violations, figures = check_output(args.output_dir, targets, args.coco_captions)
+        # a target asked for a type the run did not make is not met (the release's targets cover the types made)
+        violations += [f"{kind}: a yield of {minimum:.0%} was asked, and the run made no {kind} negatives (its "
+                       f"types: {', '.join(section.get('negative_types', {})) or 'none'})"
+                       for kind, minimum in sorted(asked.items()) if kind not in section.get("negative_types", {})]
     except CHECK_INPUT_ERRORS as e:  # an unreadable folder or captions file: one line, as the pipeline says it
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

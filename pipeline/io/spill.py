@@ -33,6 +33,8 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from pipeline.tables.folders import SPILL_MARK, SPILL_PREFIX
+
 BLOCK = 512  # elements per pickle.dump: few calls, little held
 PARTITIONS = 64  # a grouping's partitions: at 3.3 M captions about 52,000 keys each, grouped in one worker
 
@@ -56,8 +58,9 @@ def directory() -> str | None:
     return _directory
 
 
-PREFIX = "hardpos-spill-"
-MARK = ".hardpos-spill.lock"  # in each run's spill folder, locked (flock) by the run for as long as it lives
+# PREFIX names each run's spill folder; MARK, in it, is locked (flock) by the run for as long as it lives. Defined
+# with the other folders a tool's output must stay out of (tables/folders.output_folder_problem).
+PREFIX, MARK = SPILL_PREFIX, SPILL_MARK
 _held: dict[str, int] = {}  # this process's spill folders -> their lock's descriptor
 MAKING_SECONDS = 60  # a folder still under its making name after this long was left by a run killed then
 
@@ -176,7 +179,7 @@ def partition_of(key, partitions: int) -> int:
     return zlib.crc32(data) % partitions
 
 
-def _global(value):
+def global_value(value):
     return WindowedValue(value, GlobalWindow().max_timestamp(), (GlobalWindow(),))
 
 
@@ -239,7 +242,7 @@ class _SpillFn(beam.DoFn):
 
     def finish_bundle(self):
         for index, writer in sorted(self.writers.items()):
-            yield _global((index, writer.close()))
+            yield global_value((index, writer.close()))
         self.writers = {}
 
 

@@ -42,6 +42,9 @@ class Replacement:
     negative_span: str  # what the hard negative has where the caption changed
 
 
+TABLE_LIMIT = 64 << 20  # the paper's table is 30 KB
+
+
 class ReplaceTable:
     """The replacement table data file, validated on load."""
 
@@ -68,7 +71,17 @@ class ReplaceTable:
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_TABLE) -> "ReplaceTable":
-        data = Path(path).read_bytes()
+        """The table at path: a regular file, not the kernel's, of at most TABLE_LIMIT bytes (ValueError, one line,
+        for a FIFO, /dev/zero or /proc/self/environ named as one)."""
+        from pipeline.folder_lock import kernel_file
+        from pipeline.tables.folders import read_bounded
+
+        if kernel_file(path):
+            raise ValueError("a file of the kernel's, not a table")
+        try:
+            data = read_bounded(path, TABLE_LIMIT, "more than a replace table")
+        except ValueError as e:
+            raise ValueError(str(e).replace("not a file hardpos wrote", "not a table file")) from None
         return cls(json.loads(data), hashlib.sha256(data).hexdigest())
 
     def categories(self) -> list[tuple[str, str]]:

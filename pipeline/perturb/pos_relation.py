@@ -47,20 +47,21 @@ def converse_positives(doc, lexicon, inflector) -> list[Candidate]:
         return []
     rules = structure_rules()
     found = []
+    lowers = [t.lower_ for t in doc]  # read once: the relations are looked up by their words, dozens per caption
     for relation in rules.symmetric:
-        for start in _occurrences(doc, relation):
+        for start in _occurrences(lowers, relation):
             pair = related(doc, start, start + len(relation), lexicon)
             if pair is not None and comparable(pair[0][0], pair[1][0], lexicon):
                 found.append(_rewrite(doc, RULE_CONVERSE, pair, start, start + len(relation),
                                       phrase_text(doc, start, start + len(relation))))
     for relation, converse in rules.converse.items():
-        for start in _occurrences(doc, relation):
+        for start in _occurrences(lowers, relation):
             pair = related(doc, start, start + len(relation), lexicon)
             if pair is not None:
                 found.append(_rewrite(doc, RULE_CONVERSE, pair, start, start + len(relation), " ".join(converse)))
     for relations, holding in ((rules.holder_prepositions, True), (rules.ground_prepositions, False)):
         for relation in relations:
-            for start in _occurrences(doc, relation):
+            for start in _occurrences(lowers, relation):
                 found.append(_ground_first(doc, start, start + len(relation), holding, lexicon, inflector))
     found.append(_ground_last(doc, lexicon))
     return [c for c in found if c is not None]
@@ -73,9 +74,10 @@ def _refused(doc) -> bool:
                (t.tag_ == "PRP" and t.lower_ not in ("it", "them", "him", "her")) or t.lower_ == "other" for t in doc)
 
 
-def _occurrences(doc, words: tuple[str, ...]) -> list[int]:
+def _occurrences(lowers: list[str], words: tuple[str, ...]) -> list[int]:
+    """Where the words stand in the caption's lowered tokens, never first nor ending it."""
     n = len(words)
-    return [i for i in range(1, len(doc) - n) if tuple(t.lower_ for t in doc[i:i + n]) == words]
+    return [i for i in range(1, len(lowers) - n) if (not n or lowers[i] == words[0]) and tuple(lowers[i:i + n]) == words]
 
 
 def _head_noun(doc, first: int, end: int):

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.folder_lock import kernel_file
 from pipeline.publish.image_shards import RowGroups, parquet_images, read_member, tar_images
 from pipeline.urls import redacted
 
@@ -233,6 +234,15 @@ class Attempt:
     @property
     def ok(self) -> bool:
         return self.status == "success"
+
+
+FETCH_LIST = "_fetch_list.parquet"  # the urls handed to img2dataset: not a shard name, never read as one
+IMG2DATASET_TMP = "_tmp"
+
+
+def is_shards_entry(name: str) -> bool:
+    """Whether a name in shards/ is one the images stage or img2dataset writes there."""
+    return bool(_SHARD_FILE.match(name)) or name in (FETCH_LIST, IMG2DATASET_TMP)
 
 
 def _shard_files(shards_dir: str) -> dict[str, set[str]]:
@@ -622,6 +632,12 @@ def fetch_bounded(row, timeout, user_agent_token, disallowed_header_directives, 
         path = Path(urllib.request.url2pathname(url[len("file://"):])).resolve()
         if config.file_root is None or not path.is_relative_to(Path(config.file_root).resolve()):
             return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is outside --image_root"
+        try:  # a FIFO would block the open past any deadline, a device never end, a kernel file hold secrets
+            regular = stat.S_ISREG(os.stat(path).st_mode) and not kernel_file(path)
+        except OSError:
+            regular = True  # missing: the open says so, as for any image not there
+        if not regular:
+            return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is not a regular file"
     elif not is_url(url):
         return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is not http(s)"
     agent = "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:72.0) Gecko/20100101 Firefox/72.0"
@@ -795,7 +811,7 @@ def fetch_images(tables: list[ImageTable], config: FetchConfig) -> dict:
     todo = sorted(k for k in wanted if k not in before or k in changed or
                   (config.retry_failed and not before[k].ok))
     if todo:
-        input_path = os.path.join(shards_dir, "_fetch_list.parquet")  # not a shard name: never read as one
+        input_path = os.path.join(shards_dir, FETCH_LIST)
         pq.write_table(pa.table({"url": [wanted[k] for k in todo], "image_key": todo}), input_path)
         _download(input_path, shards_dir, config)
         refuse_planted(shards_dir)  # img2dataset writes by path: a link planted meanwhile is found before any read

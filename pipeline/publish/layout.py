@@ -5,7 +5,6 @@ manifest) is pipeline/tables/folders.py's, which reads them without Beam.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 

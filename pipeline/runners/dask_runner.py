@@ -202,6 +202,7 @@ class DaskRunner(beam_dask.DaskRunner):
     """Beam's DaskRunner with fixes 1-7 above; same options."""
 
     def run_pipeline(self, pipeline, options):
+        import dask
         import dask.bag as db
         import dask.distributed as ddist
 
@@ -225,7 +226,10 @@ class DaskRunner(beam_dask.DaskRunner):
             if getattr(hardpos, "dask_workers", 0):
                 dask_options["n_workers"] = hardpos.dask_workers
         try:
-            client = ddist.Client(**dask_options)
+            # a local cluster is this run's own, whatever scheduler dask's config (DASK_SCHEDULER_ADDRESS) names
+            local = "address" not in dask_options and "scheduler_file" not in dask_options
+            with dask.config.set({"scheduler-address": None, "scheduler-file": None} if local else {}):
+                client = ddist.Client(**dask_options)
         except (OSError, TypeError, ValueError) as e:  # nothing answering, a tls:// address without its security
             # settings (TypeError), a cluster that could not start: one line
             from pipeline.options import UsageError

@@ -8,6 +8,9 @@ crosses a shuffle in the launcher's memory until its consumer has run, so one gr
 at once. At 591,753 captions with two worker processes the one graph peaked at 12.3-12.7 GiB and lost elements
 in Beam's runner; the chain peaks at 7.3-7.4 GiB and balanced in every run (benchmarks/full_size.py, README "Full
 size"). On Dataflow the chain is three jobs with the same options.
+
+Each caption is parsed once: train_negatives keeps its parses in the staging folder and hard_positives' rules read
+them (pipeline/io/parses.py), where both need the same parse.
 """
 from __future__ import annotations
 
@@ -19,6 +22,14 @@ CHAIN = (("train_negatives", train_negatives), ("hard_positives", hard_positives
 
 def tables(opts: HardposOptions) -> list[str]:
     return [t for _, stage in CHAIN for t in stage.tables(opts)]
+
+
+def shares_parses(opts: HardposOptions) -> bool:
+    """Whether train_negatives keeps its parses for hard_positives: its rules parse the captions (train_negatives
+    keeps them only where its own parse has the tagger and parser those rules need)."""
+    from pipeline.stages.rule_positives import rule_types
+
+    return bool(train_negatives.rule_types(opts)) and bool(rule_types(hard_positives.positive_types(opts)))
 
 
 def check_inputs(opts: HardposOptions) -> None:

@@ -10,17 +10,19 @@ import hashlib
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.io import spill
+from pipeline.io import parses, spill
 from pipeline.io.dead_letters import DISCARDED, REJECTED, dead_letter
 from pipeline.options import HardposOptions, UsageError
 from pipeline.perturb.corpus import CorpusCounts, image_key, photo_words
-from pipeline.perturb.generators import Generators, ResourceMissing, check_resources, load_spacy
+from pipeline.perturb.generators import NEEDS, PARSER, TAGGER, Generators, ResourceMissing, check_resources, \
+    load_spacy
 from pipeline.perturb.outcomes import Skip
 from pipeline.perturb.relations import RelationCounts, caption_keys
 from pipeline.sources import corpus
 from pipeline.sources.files import InputBounds
 
 EMITTED = "emitted"
+PARSE_FILES = "parse_files"
 
 
 class CaptionRowsFn(beam.DoFn):
@@ -28,10 +30,13 @@ class CaptionRowsFn(beam.DoFn):
 
     Subclasses set `stage`, `table` and implement rows(record, doc) -> list of rows, raising Skip. One that sets
     `photo_words` gets (record, the word_keys its photo's captions name, or None) pairs (make_rows joins them).
+    With `keep_parses` (a folder: a chain's parse table, io/parses.py) every batch it parsed is written there too,
+    and each bundle's file is a PARSE_FILES output.
     """
 
     stage = table = ""
     photo_words = False
+    keep_parses: str | None = None
 
     def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int):
         self.negative_types = negative_types
@@ -58,11 +63,20 @@ class CaptionRowsFn(beam.DoFn):
                 out.append(skip)
         return out
 
+    def start_bundle(self):
+        self.keeper = parses.Keeper(self.keep_parses) if self.keep_parses else None
+
     def process(self, batch, corpus=None):
+        docs = None
+        if isinstance(batch, tuple):  # parsed already (ParseCaptions): the batch and its DocBin
+            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab)
         named = None
         if self.photo_words:
             batch, named = [r for r, _ in batch], [words for _, words in batch]
-        docs = list(self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size))
+        if docs is None:
+            docs = list(self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size))
+            if self.keeper:
+                self.keeper.add(batch, docs)
         for record, rows in zip(batch, self.batch_rows(batch, docs, corpus, named), strict=True):
             self.caption_counter.inc()
             if isinstance(rows, Skip):
@@ -74,6 +88,10 @@ class CaptionRowsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(EMITTED, record["source_file"])
             self.row_counter.inc(len(rows))
             yield from rows
+
+    def finish_bundle(self):
+        if self.keeper:
+            yield from self.keeper.finish(PARSE_FILES)
 
 
 def _merged(accumulators):
@@ -117,6 +135,42 @@ class ParseRelations(beam.DoFn):
         for doc in self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size):
             keys.add(caption_keys(doc, self.lexicon))
         yield keys
+
+
+RELATIONS = "relations"
+
+
+class ParseCaptions(beam.DoFn):
+    """Batch of caption records (or (record, named) pairs) -> (the batch, its parses as a DocBin), and the batch's
+    RelationCounts (RELATIONS): the one parse of each caption when the statistics need the parses (swap) before the
+    rows are made; `keep_parses` as CaptionRowsFn's."""
+
+    def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int,
+                 keep_parses: str | None):
+        self.negative_types, self.spacy_model, self.batch_size = negative_types, spacy_model, batch_size
+        self.keep_parses = keep_parses
+
+    def setup(self):
+        self.nlp = load_spacy(self.negative_types, self.spacy_model)
+        self.lexicon = Generators.load(["swap"]).lexicon
+
+    def start_bundle(self):
+        self.keeper = parses.Keeper(self.keep_parses) if self.keep_parses else None
+
+    def process(self, batch):
+        records = [item[0] if isinstance(item, tuple) else item for item in batch]
+        docs = list(self.nlp.pipe((r["caption"] for r in records), batch_size=self.batch_size))
+        keys = RelationCounts()
+        for doc in docs:
+            keys.add(caption_keys(doc, self.lexicon))
+        yield beam.pvalue.TaggedOutput(RELATIONS, keys)
+        if self.keeper:
+            self.keeper.add(records, docs)
+        yield batch, parses.to_bytes(docs)
+
+    def finish_bundle(self):
+        if self.keeper:
+            yield from self.keeper.finish(PARSE_FILES)
 
 
 class CountRelations(beam.CombineFn):
@@ -197,30 +251,52 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     read = corpus.read_captions(pipeline, opts, stage, table, bounds)
     batch = lambda: beam.BatchElements(min_batch_size=opts.nlp_batch_size,  # noqa: E731
                                        max_batch_size=opts.nlp_batch_size * 4)
-    extra, outputs = [], {}
+    extra, outputs, batches = [], {}, None
     records = read["records"]
+    # a chain's hard_positives reads this parse instead of parsing again, where it is the parse its rules need
+    keep = parses.keeping_folder() if {TAGGER, PARSER} <= set().union(*(NEEDS[t] for t in fn.negative_types)) \
+        else None
     if with_corpus:
         # the statistics' captions: the input's, and --reference_captions' (never rows)
         counted = read["records"]
-        if opts.reference_captions:
-            counted = spill.unspill(spill.spill_each((read["records"], corpus.read_reference(pipeline, opts, bounds)),
-                                                     "WithReference"), "Counted")
+        reference = corpus.read_reference(pipeline, opts, bounds) if opts.reference_captions else None
+        if reference is not None:
+            counted = spill.unspill(spill.spill_each((read["records"], reference), "WithReference"), "Counted")
         model = counted | "CountCorpus" >> beam.CombineGlobally(CountCorpus())
-        if with_relations:
-            parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
-            relations = (counted | "BatchCounted" >> batch() | "ParseRelations" >> beam.ParDo(parse)
-                         | "CountRelations" >> beam.CombineGlobally(CountRelations()))
-            model = model | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
-        extra, outputs = [beam.pvalue.AsSingleton(model)], {"corpus": model}
         if fn.photo_words:  # the join's grouping keeps the records in spill files meanwhile, when spilling
             records = join_photo_words(read["records"], counted)
+        if with_relations:
+            # each caption parsed once: the parse gives the relations' statistics and is kept for the rows
+            parsed = (records | "BatchForParse" >> batch() | "ParseCaptions" >> beam.ParDo(ParseCaptions(
+                fn.negative_types, opts.spacy_model, opts.nlp_batch_size, keep)).with_outputs(
+                RELATIONS, PARSE_FILES, main="batches"))
+            found = [parsed[RELATIONS]]
+            if reference is not None:
+                parse = ParseRelations(opts.spacy_model, opts.nlp_batch_size)
+                found.append(reference | "BatchReference" >> batch() | "ParseReference" >> beam.ParDo(parse))
+            found = found | "AllRelations" >> beam.Flatten() if len(found) > 1 else found[0]
+            relations = found | "CountRelations" >> beam.CombineGlobally(CountRelations())
+            model = model | "WithRelations" >> beam.Map(_with_relations, beam.pvalue.AsSingleton(relations))
+            extra = [beam.pvalue.AsSingleton(model)]
+            # the parsed batches wait for the statistics in spill files, when spilling
+            batches = spill.unspill(spill.spill(parsed.batches, "Parsed"), "Parsed", *extra)
+            if keep:
+                parses.write_listing(parsed[PARSE_FILES], keep)
+            keep = None
         else:
-            # the rows wait for the statistics: a spilling run writes the records to files meanwhile and reads
-            # them back once the statistics are made (a local runner would hold them all)
-            records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions", *extra)
-    batches = records | "Batch" >> batch()
+            extra = [beam.pvalue.AsSingleton(model)]
+            if not fn.photo_words:
+                # the rows wait for the statistics: a spilling run writes the records to files meanwhile and reads
+                # them back once the statistics are made (a local runner would hold them all)
+                records = spill.unspill(spill.spill(read["records"], "Captions"), "Captions", *extra)
+        outputs = {"corpus": model}
+    if batches is None:
+        batches = records | "Batch" >> batch()
+    fn.keep_parses = keep
     built = batches | "ParseAndGenerate" >> beam.ParDo(fn, *extra).with_outputs(REJECTED, DISCARDED, EMITTED,
-                                                                                   main="rows")
+                                                                                   PARSE_FILES, main="rows")
+    if keep:
+        parses.write_listing(built[PARSE_FILES], keep)
     # parts, not a Flatten (which a local runner keeps whole): WriteTableOutputs writes them as one
     return {"rows": built.rows, "read": read["read"], REJECTED: (read[REJECTED], built[REJECTED]),
             DISCARDED: (read[DISCARDED], built[DISCARDED]),

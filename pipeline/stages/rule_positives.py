@@ -26,7 +26,7 @@ from collections import Counter
 
 import apache_beam as beam
 
-from pipeline.io import spill
+from pipeline.io import parses, spill
 from pipeline.io.dead_letters import DISCARDED, dead_letter
 from pipeline.io.report import SumCounts
 from pipeline.llm.validate import shared_validator
@@ -69,8 +69,9 @@ def substitution_key(old: str, new: str) -> str:
 
 
 class ProposeRulePositives(beam.DoFn):
-    """Batch of caption records -> per caption its valid candidates per rule type, each with its substitution key;
-    per caption its source_file as a unit of account."""
+    """Batch of caption records (or, from a chain's parse table, a (records, their parses) pair) -> per caption its
+    valid candidates per rule type, each with its substitution key; per caption its source_file as a unit of
+    account."""
 
     def __init__(self, positive_types: list[str], spacy_model: str | None, batch_size: int, wordnet: bool,
                  allow_eval_substitutions: bool):
@@ -84,7 +85,10 @@ class ProposeRulePositives(beam.DoFn):
         self.held_out = frozenset() if self.allow_eval_substitutions else substitution.replace_eval_keys()
 
     def process(self, batch):
-        docs = self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size)
+        if isinstance(batch, tuple):
+            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab)
+        else:
+            docs = self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size)
         for record, doc in zip(batch, docs, strict=True):
             yield beam.pvalue.TaggedOutput(UNITS, record["source_file"])
             found = self.rules.propose(doc)
@@ -279,9 +283,15 @@ def _provenance(positive_type: str) -> dict:
 def rule_parts(records, opts, types: list[str]) -> dict:
     """{"rows", "units" and "emitted" (the source_file of each caption, and of each that gave a row),
     "discarded", "counts" (captions asked, substitutions applicable, held out and chosen)} from caption
-    records."""
-    batches = records | "BatchRuleCaptions" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size,
-                                                                   max_batch_size=opts.nlp_batch_size * 4)
+    records. In a chain whose train_negatives kept its parses (io/parses.py) the captions come parsed from there,
+    checked to be the records read."""
+    folder = parses.reading_folder()
+    if folder:
+        batches = parses.read_batches(records.pipeline, folder)
+        _ = parses.check_same(records, batches, folder)
+    else:
+        batches = records | "BatchRuleCaptions" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size,
+                                                                       max_batch_size=opts.nlp_batch_size * 4)
     proposed = batches | "ProposeRulePositives" >> beam.ParDo(ProposeRulePositives(
         types, opts.spacy_model, opts.nlp_batch_size, opts.positive_checks == "wordnet",
         opts.allow_eval_substitutions)).with_outputs(UNITS, main="items")
@@ -306,7 +316,7 @@ def rule_parts(records, opts, types: list[str]) -> dict:
         SecondChoice(types, opts.seed, opts.balance_is), beam.pvalue.AsSingleton(applicable),
         beam.pvalue.AsSingleton(allowance),
         beam.pvalue.AsSingleton(round1)).with_outputs(EMITTED, DISCARDED, "chosen", main="rows")
-    captions = records | "RuleCaptions" >> beam.Map(lambda _: (("rules", "hard_positives", "captions"), 1))
+    captions = proposed[UNITS] | "RuleCaptions" >> beam.Map(lambda _: (("rules", "hard_positives", "captions"), 1))
     shown = applicable | "ApplicabilityCounts" >> beam.FlatMap(
         lambda counts: [(("rules", "hard_positives", "applicable", t, key), n) for (t, key), n in counts.items()
                         if key.startswith("__")])

@@ -608,10 +608,16 @@ def staging_folder_holding(path) -> Path | None:
     return folder_holding(path, lambda p: p.name.startswith(STAGING_PREFIX) and (p / STAGING_MARK).is_file())
 
 
+# io/spill.py's folder names and lock file (it takes them from here); publish/images.py's folder layout
+SPILL_PREFIX, SPILL_MARK = "hardpos-spill-", ".hardpos-spill.lock"
+IMAGES_FOLDER_ENTRIES = ("shards", "index", "settings.json")
+
+
 def output_folder_problem(flag: str, folder) -> str | None:
     """Why a tool's output folder (the trainer's or the evaluator's --out) must not be where it is: inside a run's
-    table folder (its files would be taken for the table's, or replaced by the next commit) or inside a release
-    (publish would refuse it, or upload them). None when it is a folder of its own."""
+    table folder (its files would be taken for the table's, or replaced by the next commit), inside a release
+    (publish would refuse it, or upload them), or inside a folder a run removes or fills (a staging or spill
+    folder, the images stage's). None when it is a folder of its own."""
     table = run_table_folder(folder)
     if table is not None:
         return (f"{flag}={folder} is in {table}, a folder the stages of the run in {table.parent} write (a table, its "
@@ -622,5 +628,13 @@ def output_folder_problem(flag: str, folder) -> str | None:
     staging = staging_folder_holding(folder)
     if staging is not None:
         return (f"{flag}={folder} is in {staging}, a run's staging folder, which the run or the next one removes; "
+                f"write into a folder of its own")
+    spill = folder_holding(folder, lambda p: p.name.startswith(SPILL_PREFIX) and (p / SPILL_MARK).exists())
+    if spill is not None:
+        return (f"{flag}={folder} is in {spill}, a run's spill folder, which a later run removes whole; write into "
+                f"a folder of its own")
+    images = folder_holding(folder, lambda p: all((p / name).exists() for name in IMAGES_FOLDER_ENTRIES))
+    if images is not None:
+        return (f"{flag}={folder} is in {images}, the images stage's folder, whose shards it extends and checks; "
                 f"write into a folder of its own")
     return None

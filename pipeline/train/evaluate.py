@@ -23,6 +23,7 @@ imports, accuracy_vs_brittleness.png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.folder_lock import planted_link, write_own
+from pipeline.folder_lock import LockRefused, holder_record, lock_local, planted_link, write_own
 from pipeline.publish.images import MAX_PIXEL_VALUES
 from pipeline.tables.folders import output_folder_problem
 from pipeline.train import metrics, replace_views, report
@@ -556,14 +557,33 @@ def evaluate(args, loaded=None) -> dict:
     return result
 
 
+@contextlib.contextmanager
+def out_lock(out: str):
+    """--out's lock (pipeline/folder_lock.py) while the evaluator writes there: a second evaluator into the folder
+    would write its scores beside this one's figures. Refused in one line before any model loads, as is an --out
+    inside a folder a run owns (checked before the lock file is written into it)."""
+    problem = output_folder_problem("--out", out)
+    if problem:
+        raise UsageError(problem)
+    try:
+        fd = lock_local(str(out), holder_record("evaluate"), "--out")
+    except LockRefused as e:
+        raise UsageError(str(e)) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     started = time.monotonic()
     try:
         args = parse_args(argv)
-        if args.multi:
-            return main_suites(args, started)
-        result = evaluate(args)
+        with out_lock(args.out):
+            if args.multi:
+                return main_suites(args, started)
+            result = evaluate(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

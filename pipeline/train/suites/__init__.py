@@ -11,7 +11,9 @@ model and returns plain JSON-able figures.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,26 @@ class Context:
         return self.transform if dtype is None else CastTransform(self.transform, dtype)
 
 
+@contextlib.contextmanager
+def bounded_images(max_pixel_values: int):
+    """While clip-benchmark's webdataset decodes images, PIL refuses one past max_pixel_values (pixels x 3
+    channels) from its header, before decoding it (DecompressionBombError: the suite fails in one line). PIL
+    refuses only past twice its MAX_IMAGE_PIXELS and warns between the two."""
+    import warnings
+
+    from PIL import Image
+
+    before = Image.MAX_IMAGE_PIXELS
+    if max_pixel_values > 0:
+        Image.MAX_IMAGE_PIXELS = max(1, max_pixel_values // 3 // 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
+
+
 class CastTransform:
     """transform(image).to(dtype), picklable for loader workers."""
 
@@ -73,10 +95,15 @@ SAMPLE_LIMIT = 64 << 20
 MEMBER_TEXT_LIMIT = 64 << 10
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 # webdataset decodes every member of a sample by the last part of its name with default handlers the suites never
-# turn off: .pyd/.pickle through pickle.loads and .pth through torch.load (both run code the file names), .gz by
-# gunzipping whole. No published suite shard holds one.
-UNSAFE_MEMBER_SUFFIXES = (".pyd", ".pickle", ".pth", ".gz")
+# turn off: .pyd/.pickle through pickle.loads and .pth through torch.load (both run code the file names); .gz
+# gunzipped and .npz unzipped whole (a few KB can expand to GBs); .ten/.tb, .mp/.msg and .cbor into objects of
+# sizes the data declares. No published suite shard holds one.
+UNSAFE_MEMBER_SUFFIXES = (".pyd", ".pickle", ".pth", ".gz", ".npz", ".ten", ".tb", ".mp", ".msg", ".cbor")
+# webdataset's sample key and suffix of a member name (tariterators.base_plus_ext): up to the first dot of the base
+# name; a name with no dot there is skipped, and does not end the sample.
+WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _checked_roots: dict[str, Path] = {}
+WDS_URL_SYNTAX = ("::", "{", "}")
 
 
 def root_flag(args, flag: str) -> Path:
@@ -91,6 +118,9 @@ def root_flag(args, flag: str) -> Path:
     real = os.path.realpath(value)
     if real not in _checked_roots:
         problem = suite_root_problem(real)
+        special = [s for s in WDS_URL_SYNTAX if s in real]
+        if special:  # webdataset splits a shard list at "::" and expands braces: another folder, or a command
+            problem = f"its real path {real[:200]!r} holds {special[0]!r}, which webdataset reads as URL syntax"
         if problem:
             from pipeline.train.clip import UsageError
 
@@ -152,15 +182,14 @@ def shard_problem(path: str) -> str | None:
         with tarfile.open(path, "r:*") as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # a shard of millions of members would otherwise be held as a list
-                if not member.isfile():
-                    continue
-                base = member.name.rsplit("/", 1)[-1]
-                prefix = member.name[:len(member.name) - len(base)]
-                name_key = prefix + base.split(".", 1)[0]
-                suffix = "." + base.rsplit(".", 1)[-1].lower() if "." in base else ""
+                found = WDS_KEY.match(member.name)
+                if not member.isfile() or not found:
+                    continue  # webdataset reads neither
+                name_key, suffix = found[1], "." + found[2].rsplit(".", 1)[-1].lower()
                 if suffix in UNSAFE_MEMBER_SUFFIXES:
-                    return (f"member {member.name[:200]!r} is a {suffix} file, which webdataset decodes by "
-                            f"{'gunzipping it whole' if suffix == '.gz' else 'running the code it holds'}")
+                    how = "running the code it holds" if suffix in (".pyd", ".pickle", ".pth") else \
+                        "expanding it whole" if suffix in (".gz", ".npz") else "building the objects it declares"
+                    return f"member {member.name[:200]!r} is a {suffix} file, which webdataset decodes by {how}"
                 if suffix not in IMAGE_SUFFIXES and member.size > MEMBER_TEXT_LIMIT:
                     return (f"member {member.name[:200]!r} has {member.size:,} bytes, more than a sample's text "
                             f"({MEMBER_TEXT_LIMIT:,})")

@@ -83,10 +83,27 @@ def _vl_checklist_files(root: Path) -> list[Path]:
     return sorted(p for c in VL_CHECKLIST_CATEGORIES if (root / c).is_dir() for p in (root / c).rglob("*.json"))
 
 
+class Repeated(dict):
+    """A JSON object that gives a name twice: json keeps the last value silently; a suite skips what it names
+    (repeated_field), as the pipeline's readers reject such a record."""
+
+    repeated: str = ""
+
+
+def _names_once(pairs: list) -> dict:
+    found = dict(pairs)
+    if len(found) == len(pairs):
+        return found
+    marked = Repeated(found)
+    seen = set()
+    marked.repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
+    return marked
+
+
 def read_json(path: Path):
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_names_once)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read JSON: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
@@ -131,18 +148,22 @@ def _groups(scored: list[dict], key: str = "group") -> dict[str, list[bool]]:
 def run(name: str, ctx: Context, args) -> dict:
     """The suite's figures; every scored row (its option scores, correct or not) in <model>/<suite>_scores.jsonl,
     so that any figure can be recomputed."""
+    from pipeline.folder_lock import planted_link, write_own
+
+    problem = planted_link("--out", str(ctx.out), files=[f"{name}_scores.jsonl"])
+    if problem:  # before the scoring, not after it
+        raise ValueError(problem)
     scored: list[dict] = []
     figures = {"sugarcrepe": run_sugarcrepe, "aro": run_aro, "vl_checklist": run_vl_checklist}[name](ctx, args, scored)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    from pipeline.folder_lock import write_own
-
     write_own(ctx.out / f"{name}_scores.jsonl", "".join(json.dumps(r) + "\n" for r in scored).encode("utf-8"))
     return {**figures, "scores": f"{ctx.slug}/{name}_scores.jsonl"}
 
 
-def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tuple[list[dict], list[str]]:
-    """Rows of every subset file present (`limit` of each, drawn with `seed`), and the subsets missing."""
-    rows, missing = [], []
+def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tuple[list[dict], list[str], dict]:
+    """Rows of every subset file present (`limit` of each, drawn with `seed`), the subsets missing, and the entries
+    skipped by reason (repeated_field: an id given twice, none of its entries taken; or a field given twice)."""
+    rows, missing, bad = [], [], {}
     for subset in SUGARCREPE_SUBSETS:
         path = root / f"{subset}.json"
         if not path.is_file():
@@ -151,15 +172,22 @@ def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tupl
         annotations = read_json(path)
         if not isinstance(annotations, dict):
             raise ValueError(f"{path}: expected SugarCrepe's {{id: {{filename, caption, negative_caption}}}}")
+        if isinstance(annotations, Repeated):  # json kept the id's last entry: the other is not there to take
+            bad["repeated_field"] = bad.get("repeated_field", 0) + 1
+            annotations = {k: v for k, v in annotations.items() if k != annotations.repeated}
         for key, a in limited(list(annotations.items()), limit, seed):
+            if isinstance(a, Repeated):
+                bad["repeated_field"] = bad.get("repeated_field", 0) + 1
+                continue
             rows.append({"example_id": f"{subset}:{key}", "group": subset, "image_path": a["filename"],
                          "options": [a["caption"], a["negative_caption"]]})
-    return rows, missing
+    return rows, missing, bad
 
 
 def run_sugarcrepe(ctx: Context, args, sink: list) -> dict:
-    rows, missing = sugarcrepe_rows(Path(args.sugarcrepe_root), args.limit, ctx.seed)
-    scored, reasons = rank(ctx, Path(args.coco_val_images), rows, "sugarcrepe", sink)
+    rows, missing, bad = sugarcrepe_rows(root_flag(args, "sugarcrepe_root"), args.limit, ctx.seed)
+    scored, reasons = rank(ctx, root_flag(args, "coco_val_images"), rows, "sugarcrepe", sink)
+    reasons = {**bad, **reasons}
     groups = _groups(scored)
     subsets = {s: summary(groups.get(s, []), ctx) for s in SUGARCREPE_SUBSETS if s not in missing}
     accuracies = [g["accuracy"] for g in subsets.values() if g["accuracy"] is not None]
@@ -184,9 +212,11 @@ def order_rows(path: Path, part: str, seed: int, limit: int | None = None) -> tu
     annotations = read_json(path)
     if not isinstance(annotations, list):
         raise ValueError(f"{path}: expected a list of {{image, caption: [...]}} (BLIP's Karpathy test file)")
-    items = limited([(a["image"], k, c) for a in annotations for k, c in enumerate(a["caption"])], limit, seed)
+    repeated = sum(isinstance(a, Repeated) for a in annotations)
+    items = limited([(a["image"], k, c) for a in annotations if not isinstance(a, Repeated)
+                     for k, c in enumerate(a["caption"])], limit, seed)
     nlp = spacy_pipeline({TAGGER})
-    rows, dropped = [], {}
+    rows, dropped = [], {"repeated_field": repeated} if repeated else {}
     for (image, k, caption), doc in zip(items, nlp.pipe([c for _, _, c in items], batch_size=256), strict=True):
         example_id = f"{part}:{image}:{k}"
         options = [pre_caption(caption)]
@@ -223,13 +253,16 @@ def run_aro(ctx: Context, args, sink: list) -> dict:
             continue
         if part.startswith("VG-"):
             data = read_json(path)
+            drawn = limited_indices(len(data), args.limit, ctx.seed)
+            kept = [i for i in drawn if not isinstance(data[i], Repeated)]
             rows = [{"example_id": f"{part}:{i}", "group": part, "image_path": data[i]["image_path"],
                      **{k: data[i][k] for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h")},
                      "detail": data[i]["relation_name"] if part == "VG-Relation" else
                      "_".join(data[i]["attributes"][:2]),
                      "options": [data[i]["true_caption"], data[i]["false_caption"]]}
-                    for i in limited_indices(len(data), args.limit, ctx.seed)]
-            images, dropped = path.parent / "images", {}
+                    for i in kept]
+            images = path.parent / "images"
+            dropped = {"repeated_field": len(drawn) - len(kept)} if len(kept) < len(drawn) else {}
         else:
             rows, dropped = order_rows(path, part, ctx.seed, args.limit)
             images = path.parent
@@ -252,6 +285,9 @@ def vl_checklist_rows(root: Path, limit: int | None = None, seed: int = 0) -> tu
             raise ValueError(f"{path}: expected VL-CheckList's list of [image_path, {{POS, NEG}}]")
         for i in limited_indices(len(records), limit, seed):
             record = records[i]
+            if isinstance(record, list) and len(record) == 2 and isinstance(record[1], Repeated):
+                bad["repeated_field"] = bad.get("repeated_field", 0) + 1
+                continue
             try:
                 image_path, captions = record
                 options = [captions["POS"][0], *captions["NEG"]]
@@ -266,9 +302,10 @@ def vl_checklist_rows(root: Path, limit: int | None = None, seed: int = 0) -> tu
 
 
 def run_vl_checklist(ctx: Context, args, sink: list) -> dict:
-    root = Path(args.vl_checklist_root)
+    root = root_flag(args, "vl_checklist_root")
     rows, bad = vl_checklist_rows(root, args.limit, ctx.seed)
-    scored, reasons = rank(ctx, Path(args.vl_checklist_images or root), rows, "vl_checklist", sink)
+    images = root_flag(args, "vl_checklist_images") if args.vl_checklist_images else root
+    scored, reasons = rank(ctx, images, rows, "vl_checklist", sink)
     groups, files = _groups(scored), _groups(scored, "detail")
     present = {r["group"] for r in rows}
     categories = {c: summary(groups.get(c, []), ctx) for c in VL_CHECKLIST_CATEGORIES if c in present}

@@ -80,8 +80,22 @@ def check_suites(names: list[str], args) -> dict[str, str]:
     return skipped
 
 
+def suite_errors() -> tuple:
+    """SUITE_ERRORS and webdataset's DecodingError (a sample it could not decode: a damaged image), where installed."""
+    try:
+        from webdataset.autodecode import DecodingError
+    except ImportError:
+        return SUITE_ERRORS
+    return (*SUITE_ERRORS, DecodingError)
+
+
 def _one_line(e: BaseException) -> str:
+    """The error's first line; for an error with no text of its own (webdataset's DecodingError) its cause's, with
+    where it was raised (the sample's key and the shard)."""
     text = str(e).strip()
+    if not text and e.__cause__ is not None:
+        where = " ".join(f"{k} {getattr(e, k)}" for k in ("key", "url", "k") if getattr(e, k, None))
+        return f"{type(e).__name__} ({where}): {_one_line(e.__cause__)}"
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
@@ -106,7 +120,7 @@ def run_model(ctx: Context, names: list[str], skipped: dict[str, str], args) -> 
                 out[name] = {"status": "ok", **module.run(name, ctx, args)}
             except SuiteSkipped as e:
                 out[name] = {"status": "skipped", "reason": str(e)}
-            except SUITE_ERRORS as e:  # this suite only
+            except suite_errors() as e:  # this suite only
                 out[name] = {"status": "failed", "reason": _one_line(e)}
             out[name]["seconds"] = round(time.monotonic() - started, 2)
         out[name]["kind"] = kind

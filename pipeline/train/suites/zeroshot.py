@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.train.suites import Context, SuiteSkipped, root_flag
+from pipeline.train.suites import Context, SuiteSkipped, bounded_images, root_flag
 
 INSTALL_HINT = "pip install -e '.[eval]'"
 # The 20 VTAB tasks of Table 10: clip-benchmark's "vtab" collection (19, with sun397) and vtab/cifar10.
@@ -67,17 +67,39 @@ def vtab_folders(root: Path) -> dict[str, Path]:
     return {t: root / wds_folder_name(t) for t in VTAB_TASKS if is_wds_folder(root / wds_folder_name(t))}
 
 
+TEMPLATES = "zeroshot_classification_templates.txt"
+
+
+def check_templates(folder: Path) -> None:
+    """UsageError (one line) for a template line clip-benchmark cannot fill safely: it builds each prompt with
+    template.format(c=classname), so a brace other than {c} is a format field of its own ({c:x>30000000} pads
+    every class name to 30 MB, {c.__class__} reads attributes). Published templates hold only {c}."""
+    path = folder / TEMPLATES
+    if not path.is_file():
+        return
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if "{" in line.replace("{c}", "") or "}" in line.replace("{c}", ""):
+            from pipeline.train.clip import UsageError
+
+            raise UsageError(f"{path}: line {number} holds a brace other than {{c}} ({line[:80]!r}), which "
+                             f"clip-benchmark would fill as a format field of its own")
+
+
 def check(name: str, args) -> None:
     if name == "imagenet":
         root = root_flag(args, "imagenet_root")
         if not is_wds_folder(root):
             raise SuiteSkipped(f"--imagenet_root={root} is not a clip-benchmark WebDataset folder "
                                f"(no test/nshards.txt)")
+        check_templates(root)
     elif name == "vtab":
         root = root_flag(args, "vtab_root")
-        if not vtab_folders(root):
+        folders = vtab_folders(root)
+        if not folders:
             raise SuiteSkipped(f"--vtab_root={root} has none of the task folders "
                                f"({wds_folder_name(VTAB_TASKS[0])}, ...)")
+        for folder in folders.values():
+            check_templates(folder)
     else:
         raise KeyError(name)
     import_clip_benchmark()
@@ -118,8 +140,9 @@ def classify(ctx: Context, folder: Path, dataset: str) -> dict:
     loader = torch.utils.data.DataLoader(ds, batch_size=ctx.batch_size, num_workers=0)
     classifier = zeroshot_classification.zero_shot_classifier(ctx.clip, ctx.tokenizer, ds.classes, ds.templates,
                                                               ctx.device, amp=ctx.amp)
-    logits, target = zeroshot_classification.run_classification(ctx.clip, classifier, loader, ctx.device,
-                                                                amp=ctx.amp)
+    with bounded_images(ctx.image_max_pixel_values):
+        logits, target = zeroshot_classification.run_classification(ctx.clip, classifier, loader, ctx.device,
+                                                                    amp=ctx.amp)
     if not len(target):
         raise ValueError(f"{folder}: no sample in test/")
     return {"acc1": topk_accuracy(logits, target, 1),
@@ -130,8 +153,8 @@ def classify(ctx: Context, folder: Path, dataset: str) -> dict:
 
 def run(name: str, ctx: Context, args) -> dict:
     if name == "imagenet":
-        return classify(ctx, Path(args.imagenet_root), "imagenet1k")
-    folders = vtab_folders(Path(args.vtab_root))
+        return classify(ctx, root_flag(args, "imagenet_root"), "imagenet1k")
+    folders = vtab_folders(root_flag(args, "vtab_root"))
     tasks = {task: classify(ctx, folder, task) for task, folder in folders.items()}
     acc1 = [t["acc1"] for t in tasks.values()]
     return {"tasks": tasks, "mean_acc1": sum(acc1) / len(acc1), "tasks_present": len(tasks),
