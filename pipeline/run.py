@@ -223,6 +223,7 @@ def _check_scheduler_file(path: str) -> None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0] if str(e) else \
             type(e).__name__
+        why = why.replace(", not a file hardpos wrote", "")
         raise UsageError(f"--dask_scheduler_file={path}: not a running Dask scheduler's file ({why[:200]})") from None
     if not isinstance(address, str) or not _DASK_ADDRESS.fullmatch(address):
         raise UsageError(f"--dask_scheduler_file={path}: its address is not a Dask scheduler's, [PROTOCOL://]HOST:PORT "
