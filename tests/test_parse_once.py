@@ -92,3 +92,28 @@ def test_a_parse_survives_its_round_trip_as_the_rules_read_it():
                 for t in doc]
 
     assert len(back) == len(docs) > 30 and [seen(d) for d in back] == [seen(d) for d in docs]
+
+
+@pytest.mark.parametrize("planted", ["line", "listing"])
+def test_a_parse_table_changed_between_the_stages_fails_the_run_in_one_line(planted, tmp_path, monkeypatch, capsys):
+    """The table is plain data (JSON lines, a DocBin): a planted line or listing fails the record check, never runs."""
+    from pipeline.io import parses
+
+    original = parses.read_batches
+
+    def planting(pipeline, folder):
+        listing = Path(folder) / parses.LISTING
+        if planted == "line":
+            for name in json.loads(listing.read_text()):
+                with open(name, "a") as f:
+                    f.write('{"records": "not a list", "docs": ""}\n')
+        else:
+            listing.write_text(json.dumps([str(tmp_path / "elsewhere.jsonl")]))
+        return original(pipeline, folder)
+
+    monkeypatch.setattr(parses, "read_batches", planting)
+    out = tmp_path / "out"
+    code = _run("--stage=all", f"--output_dir={out}")
+    err = capsys.readouterr().err
+    assert code == 2 and "changed since the run began" in err and "Traceback" not in err
+    assert not (out / "hard_positives").exists()

@@ -14,8 +14,8 @@ Files go through Beam's FileSystems: the staging folder is local, or on the clou
 from __future__ import annotations
 
 import contextlib
+import base64
 import json
-import pickle
 import shutil
 import uuid
 import zlib
@@ -100,14 +100,16 @@ def from_bytes(data: bytes, vocab) -> list:
 
 
 class Writer:
-    """One bundle's file of (records, DocBin bytes) batches."""
+    """One bundle's file of (records, DocBin bytes) batches, a JSON line each: plain data, so that a file planted
+    in the folder can at worst fail the record check, never run code as a pickle would."""
 
     def __init__(self, folder: str):
-        self.path = FileSystems.join(folder, f"parses-{uuid.uuid4().hex}.pkl")
+        self.path = FileSystems.join(folder, f"parses-{uuid.uuid4().hex}.jsonl")
         self.file = FileSystems.create(self.path)
 
     def add(self, records: list[dict], docs) -> None:
-        pickle.dump((records, to_bytes(docs)), self.file, protocol=pickle.HIGHEST_PROTOCOL)
+        line = {"records": records, "docs": base64.b64encode(to_bytes(docs)).decode("ascii")}
+        self.file.write((json.dumps(line) + "\n").encode("utf-8"))
 
     def close(self) -> str:
         self.file.close()
@@ -146,17 +148,30 @@ def write_listing(paths, folder: str):
 
 
 def _batches(path: str):
+    """A file's (records, DocBin bytes) batches; ParseTableMismatch for a line that is not one Writer writes."""
     with FileSystems.open(path) as f:
-        while True:
+        for number, line in enumerate(f, 1):
             try:
-                yield pickle.load(f)
-            except EOFError:
-                return
+                found = json.loads(line)
+                records, docs = found["records"], base64.b64decode(found["docs"], validate=True)
+                if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                raise ParseTableMismatch(f"the parse table's file {path}, line {number}, is not one train_negatives "
+                                         f"wrote: the run's staging folder was changed since the run began") from None
+            yield records, docs
 
 
 def _listing(folder: str) -> list[str]:
+    """The files the listing names: each in the folder, named as Writer names them."""
     with FileSystems.open(FileSystems.join(folder, LISTING)) as f:
-        return json.loads(f.read().decode("utf-8"))
+        paths = json.loads(f.read(1 << 24).decode("utf-8"))
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith(FileSystems.join(folder, "parses-"))
+                                              and p.endswith(".jsonl") and "/" not in p[len(folder) + 1:]
+                                              for p in paths):
+        raise ParseTableMismatch(f"{FileSystems.join(folder, LISTING)} is not the listing train_negatives wrote: "
+                                 f"the run's staging folder was changed since the run began")
+    return paths
 
 
 def read_batches(pipeline, folder: str):
