@@ -459,6 +459,8 @@ def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name
         write_json(FileSystems.join(staging, REPORT_FILE), functools.reduce(merge_reports, staged, None))
     started = time.monotonic()
     shared = parses.folder_of(staging) if name == "all" and all_stages.shares_parses(opts) else None
+    if shared and sub == "train_negatives":
+        parses.make_folder(shared)
     keep = parses.keeping(shared if sub == "train_negatives" else None)
     read = parses.reading(shared if sub == "hard_positives" and shared and parses.listed(shared) else None)
     try:

@@ -117,3 +117,37 @@ def test_a_parse_table_changed_between_the_stages_fails_the_run_in_one_line(plan
     err = capsys.readouterr().err
     assert code == 2 and "changed since the run began" in err and "Traceback" not in err
     assert not (out / "hard_positives").exists()
+
+
+def test_nothing_planted_in_the_parse_tables_folder_is_written_through_or_waited_on(tmp_path, monkeypatch, capsys):
+    """A link planted at files.json is replaced, its target untouched; a FIFO planted as a parse file fails the run
+    in one line instead of hanging it."""
+    import os
+
+    from pipeline.io import parses
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious user data")
+    original = parses._write_listing
+
+    def planting(paths, folder):
+        os.symlink(victim, Path(folder) / parses.LISTING)
+        return original(paths, folder)
+
+    monkeypatch.setattr(parses, "_write_listing", planting)
+    assert _run("--stage=all", f"--output_dir={tmp_path / 'linked'}") == 0
+    assert victim.read_text() == "precious user data"
+    monkeypatch.setattr(parses, "_write_listing", original)
+
+    before = parses.read_batches
+
+    def fifo(pipeline, folder):
+        name = json.loads((Path(folder) / parses.LISTING).read_text())[0]
+        os.unlink(name)
+        os.mkfifo(name)
+        return before(pipeline, folder)
+
+    monkeypatch.setattr(parses, "read_batches", fifo)
+    code = _run("--stage=all", f"--output_dir={tmp_path / 'fifo'}")
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a file train_negatives wrote" in err and "Traceback" not in err

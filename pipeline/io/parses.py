@@ -16,14 +16,20 @@ from __future__ import annotations
 import contextlib
 import base64
 import json
+import os
 import shutil
+import stat
 import uuid
 import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.urls import has_scheme
+
 FOLDER = ".hardpos-parses"
+# run.input_changed makes an error holding "changed since the run began" the run's one line (exit 2)
+CHANGED = "the run's staging folder changed since the run began"
 LISTING = "files.json"
 # What the rules read of a token: text and spacing, tag, dependency and head, sentence starts (POS, MORPH and LEMMA
 # are empty without the attribute ruler, kept so that a model with it round-trips too).
@@ -74,8 +80,6 @@ def listed(folder: str) -> bool:
 
 def remove(folder: str) -> None:
     """The table's files and folder (on cloud storage a folder is only its files' common prefix)."""
-    from pipeline.urls import has_scheme
-
     if not has_scheme(folder):
         shutil.rmtree(folder, ignore_errors=True)
         return
@@ -99,13 +103,58 @@ def from_bytes(data: bytes, vocab) -> list:
     return list(DocBin().from_bytes(data).get_docs(vocab))
 
 
+def make_folder(folder: str) -> None:
+    """The table's folder, made by the launcher before the pipeline that writes it (locally: never an existing
+    entry, a link planted at its name included)."""
+    if has_scheme(folder):
+        return
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        raise ParseTableMismatch(f"{folder} is there before train_negatives made it: {CHANGED}") from None
+
+
+def _create(folder: str, name: str):
+    """A new file in the folder, for writing. Locally the folder is opened without following a link and the file
+    is made there with O_EXCL|O_NOFOLLOW after removing whatever has its name: nothing planted in the staging folder
+    is written through."""
+    if has_scheme(folder):
+        return FileSystems.create(FileSystems.join(folder, name))
+    where = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            os.unlink(name, dir_fd=where)
+        except FileNotFoundError:
+            pass
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=where)
+    finally:
+        os.close(where)
+    return os.fdopen(fd, "wb")
+
+
+def _open(path: str):
+    """A file of the table, for reading: locally only a regular file, not through a link, never blocking (a FIFO
+    planted there fails the run instead of hanging it)."""
+    if has_scheme(path):
+        return FileSystems.open(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise ParseTableMismatch(f"{path} cannot be read ({e.strerror}): {CHANGED}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ParseTableMismatch(f"{path} is not a file train_negatives wrote: {CHANGED}")
+    return os.fdopen(fd, "rb")
+
+
 class Writer:
     """One bundle's file of (records, DocBin bytes) batches, a JSON line each: plain data, so that a file planted
     in the folder can at worst fail the record check, never run code as a pickle would."""
 
     def __init__(self, folder: str):
-        self.path = FileSystems.join(folder, f"parses-{uuid.uuid4().hex}.jsonl")
-        self.file = FileSystems.create(self.path)
+        name = f"parses-{uuid.uuid4().hex}.jsonl"
+        self.path = FileSystems.join(folder, name)
+        self.file = _create(folder, name)
 
     def add(self, records: list[dict], docs) -> None:
         line = {"records": records, "docs": base64.b64encode(to_bytes(docs)).decode("ascii")}
@@ -137,7 +186,7 @@ class Keeper:
 
 
 def _write_listing(paths: list[str], folder: str) -> None:
-    with FileSystems.create(FileSystems.join(folder, LISTING)) as f:
+    with _create(folder, LISTING) as f:
         f.write((json.dumps(sorted(paths)) + "\n").encode("utf-8"))
 
 
@@ -149,7 +198,7 @@ def write_listing(paths, folder: str):
 
 def _batches(path: str):
     """A file's (records, DocBin bytes) batches; ParseTableMismatch for a line that is not one Writer writes."""
-    with FileSystems.open(path) as f:
+    with _open(path) as f:
         for number, line in enumerate(f, 1):
             try:
                 found = json.loads(line)
@@ -158,19 +207,22 @@ def _batches(path: str):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise ParseTableMismatch(f"the parse table's file {path}, line {number}, is not one train_negatives "
-                                         f"wrote: the run's staging folder was changed since the run began") from None
+                                         f"wrote: {CHANGED}") from None
             yield records, docs
 
 
 def _listing(folder: str) -> list[str]:
     """The files the listing names: each in the folder, named as Writer names them."""
-    with FileSystems.open(FileSystems.join(folder, LISTING)) as f:
-        paths = json.loads(f.read(1 << 24).decode("utf-8"))
+    with _open(FileSystems.join(folder, LISTING)) as f:
+        try:
+            paths = json.loads(f.read(1 << 24).decode("utf-8"))
+        except ValueError:
+            paths = None
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith(FileSystems.join(folder, "parses-"))
                                               and p.endswith(".jsonl") and "/" not in p[len(folder) + 1:]
                                               for p in paths):
         raise ParseTableMismatch(f"{FileSystems.join(folder, LISTING)} is not the listing train_negatives wrote: "
-                                 f"the run's staging folder was changed since the run began")
+                                 f"{CHANGED}")
     return paths
 
 

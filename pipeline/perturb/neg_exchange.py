@@ -141,10 +141,11 @@ def _class(noun, lexicon) -> str | None:
 def _order_exchanges(doc, lexicon) -> list[str]:
     """"A car behind a bus" -> "A bus behind a car"; "A cat is above a dog" -> "A dog is above a cat"."""
     texts = []
+    lowers = [t.lower_ for t in doc]  # read once: every relation is looked for at every position
     for relation in ORDERED:
         n = len(relation)
         for first in range(1, len(doc) - n):
-            if tuple(t.lower_ for t in doc[first:first + n]) != relation:
+            if lowers[first] != relation[0] or tuple(lowers[first:first + n]) != relation:
                 continue
             pair = related(doc, first, first + n, lexicon)
             if pair is None:
