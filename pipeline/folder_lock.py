@@ -32,6 +32,21 @@ def holder_record(stage: str) -> dict:
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+TOOLS = {"evaluate": "the evaluator's", "finetune": "the trainer's"}  # tools whose --out a lock file names
+
+
+def tool_folder(folder: str) -> str | None:
+    """Whose output folder a local folder is, where its lock file names a tool (TOOLS: "the evaluator's"), else None.
+    A stage run must not write there: its report.md would replace the tool's, its tables sit beside the figures."""
+    from pipeline.tables.folders import read_bounded
+
+    try:
+        holder = json.loads(read_bounded(os.path.join(folder, LOCK_FILE), 1 << 16, flags=os.O_NOFOLLOW))
+    except (OSError, ValueError):
+        return None
+    return TOOLS.get(holder.get("stage")) if isinstance(holder, dict) else None
+
+
 def held_by_another(flag: str, folder: str, holder: dict, hint: str = "") -> str:
     who = f"stage {holder.get('stage')}, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
     return f"{flag}={folder} is being written by another run ({who}); wait for it to end or choose another folder{hint}"

@@ -353,6 +353,7 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
     if hasattr(stage, "run_stage"):
         return stage.run_stage(options, opts)
     target = opts.output_dir
+    _check_not_a_tools_folder(target)  # before the run's lock names the run instead
     # one listing of the corpus for the whole run (every stage of a chain): what made_from fingerprints is what the
     # workers read, and they check it
     with FolderLock(target, opts.stage), corpus.one_plan():
@@ -382,6 +383,17 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
             raise RunFailed(f"{problem}; {left}", code=2 if changed else 1) from None
     report["report_path"] = FileSystems.join(target, REPORT_FILE)
     return report
+
+
+def _check_not_a_tools_folder(target: str) -> None:
+    """--output_dir is no tool's output folder: a run's report.md would replace the evaluator's, its tables would
+    sit beside the figures."""
+    from pipeline.folder_lock import tool_folder
+
+    whose = None if has_scheme(target) else tool_folder(target)
+    if whose:
+        raise UsageError(f"--output_dir={target} is {whose} output folder (its lock file says so), whose report.md "
+                         f"a run would replace; choose another folder")
 
 
 def _check_folder_report(target: str) -> None:

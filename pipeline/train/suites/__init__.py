@@ -103,7 +103,7 @@ UNSAFE_MEMBER_SUFFIXES = (".pyd", ".pickle", ".pth", ".gz", ".npz", ".ten", ".tb
 # name; a name with no dot there is skipped, and does not end the sample.
 WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _checked_roots: dict[str, Path] = {}
-WDS_URL_SYNTAX = ("::", "{", "}")
+WDS_URL_SYNTAX = ("::", "{", "}", "\\")  # braceexpand also drops a backslash, reading the name without it
 
 
 def root_flag(args, flag: str) -> Path:
