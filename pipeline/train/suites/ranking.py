@@ -84,10 +84,10 @@ def _vl_checklist_files(root: Path) -> list[Path]:
 
 
 class Repeated(dict):
-    """A JSON object that gives a name twice: json keeps the last value silently; a suite skips what it names
-    (repeated_field), as the pipeline's readers reject such a record."""
+    """A JSON object that gives names twice (`repeated`, every such name): json keeps the last value silently; a
+    suite skips what they name (repeated_field), as the pipeline's readers reject such a record."""
 
-    repeated: str = ""
+    repeated: frozenset = frozenset()
 
 
 def _names_once(pairs: list) -> dict:
@@ -95,8 +95,8 @@ def _names_once(pairs: list) -> dict:
     if len(found) == len(pairs):
         return found
     marked = Repeated(found)
-    seen = set()
-    marked.repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
+    seen: set = set()
+    marked.repeated = frozenset(name for name, _ in pairs if name in seen or seen.add(name))
     return marked
 
 
@@ -172,9 +172,9 @@ def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tupl
         annotations = read_json(path)
         if not isinstance(annotations, dict):
             raise ValueError(f"{path}: expected SugarCrepe's {{id: {{filename, caption, negative_caption}}}}")
-        if isinstance(annotations, Repeated):  # json kept the id's last entry: the other is not there to take
-            bad["repeated_field"] = bad.get("repeated_field", 0) + 1
-            annotations = {k: v for k, v in annotations.items() if k != annotations.repeated}
+        if isinstance(annotations, Repeated):  # json kept each such id's last entry: the others are not there
+            bad["repeated_field"] = bad.get("repeated_field", 0) + len(annotations.repeated)
+            annotations = {k: v for k, v in annotations.items() if k not in annotations.repeated}
         for key, a in limited(list(annotations.items()), limit, seed):
             if isinstance(a, Repeated):
                 bad["repeated_field"] = bad.get("repeated_field", 0) + 1

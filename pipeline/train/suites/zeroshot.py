@@ -68,16 +68,29 @@ def vtab_folders(root: Path) -> dict[str, Path]:
 
 
 TEMPLATES = "zeroshot_classification_templates.txt"
+MAX_TEMPLATES, MAX_TEMPLATE_CHARS = 1000, 1000  # ImageNet's are 80 lines of under 60 characters
 
 
 def check_templates(folder: Path) -> None:
-    """UsageError (one line) for a template line clip-benchmark cannot fill safely: it builds each prompt with
-    template.format(c=classname), so a brace other than {c} is a format field of its own ({c:x>30000000} pads
+    """UsageError (one line) for templates clip-benchmark cannot use safely: more than MAX_TEMPLATES lines (each
+    class's are encoded as one batch), a line past MAX_TEMPLATE_CHARS, or a brace other than {c}: it builds each
+    prompt with template.format(c=classname), so any other brace is a format field of its own ({c:x>30000000} pads
     every class name to 30 MB, {c.__class__} reads attributes). Published templates hold only {c}."""
     path = folder / TEMPLATES
     if not path.is_file():
         return
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if len(lines) > MAX_TEMPLATES:  # every class's templates are encoded in one batch
+        from pipeline.train.clip import UsageError
+
+        raise UsageError(f"{path}: {len(lines):,} lines, more than any published suite's ({MAX_TEMPLATES:,}); each "
+                         f"class's templates are encoded as one batch")
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_TEMPLATE_CHARS:
+            from pipeline.train.clip import UsageError
+
+            raise UsageError(f"{path}: line {number} has {len(line):,} characters, more than a template's "
+                             f"({MAX_TEMPLATE_CHARS:,})")
         if "{" in line.replace("{c}", "") or "}" in line.replace("{c}", ""):
             from pipeline.train.clip import UsageError
 
