@@ -42,7 +42,7 @@ def tool_folder(folder: str) -> str | None:
 
     try:
         holder = json.loads(read_bounded(os.path.join(folder, LOCK_FILE), 1 << 16, flags=os.O_NOFOLLOW))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return TOOLS.get(holder.get("stage")) if isinstance(holder, dict) else None
 
@@ -84,8 +84,9 @@ def lock_local(folder: str, holder: dict, flag: str) -> int:
     except BlockingIOError:
         try:
             other = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a record nested past the parser's depth
             other = {}
+        other = other if isinstance(other, dict) else {}
         os.close(fd)
         raise LockRefused(held_by_another(flag, folder, other)) from None
     try:  # the folder may allow opening an existing lock file but not creating files

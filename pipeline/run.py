@@ -220,7 +220,7 @@ def _check_scheduler_file(path: str) -> None:
         if kernel_file(path):
             raise ValueError("a file of the kernel's")
         address = json.loads(read_bounded(path, 1 << 20, "more than a Dask scheduler file").decode("utf-8"))["address"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0] if str(e) else \
             type(e).__name__
         why = why.replace(", not a file hardpos wrote", "")

@@ -55,3 +55,84 @@ def test_q22_every_sugarcrepe_id_given_twice_is_skipped(tmp_path):
                                            f'"102": {entry}, "104": {entry}}}')
     rows, _, bad = sugarcrepe_rows(tmp_path)
     assert [r["example_id"] for r in rows] == ["add_att:101", "add_att:104"] and bad == {"repeated_field": 2}
+
+
+@pytest.mark.parametrize("planted", ["fetch_list_folder", "tmp_file", "tmp_user_files", "tmp_link"])
+def test_q26_q28_what_sits_in_shards_under_img2datasets_names_is_what_it_writes(planted, tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from pipeline.options import UsageError
+    from pipeline.stages.images import check_images_path
+
+    shards = tmp_path / "out" / "images" / "shards"
+    shards.mkdir(parents=True)
+    (tmp_path / "mine").mkdir()
+    if planted == "fetch_list_folder":
+        (shards / "_fetch_list.parquet").mkdir()
+    elif planted == "tmp_file":
+        (shards / "_tmp").write_text("a note")
+    elif planted == "tmp_user_files":
+        (shards / "_tmp" / "mine").mkdir(parents=True)
+        (shards / "_tmp" / "0.feather").write_bytes(b"")
+    else:
+        os.symlink(tmp_path / "mine", shards / "_tmp")
+    opts = SimpleNamespace(output_dir=str(tmp_path / "out"), images_dir=None)
+    with pytest.raises(UsageError, match="shards/_(fetch_list.parquet|tmp) "):
+        check_images_path(opts)
+    if planted == "tmp_user_files":  # a leftover of img2dataset's own passes
+        os.rmdir(shards / "_tmp" / "mine")
+        check_images_path(opts)
+
+
+@pytest.mark.parametrize("reader", ["replace_table", "scheduler_file", "lock_holder"])
+def test_q29_q31_json_nested_past_the_parsers_depth_is_one_line(reader, tmp_path):
+    import fcntl
+    import os
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    if reader == "replace_table":
+        from pipeline.perturb.eval_replace import ReplaceTable
+
+        with pytest.raises(ValueError, match="nested too deeply"):
+            ReplaceTable.load(deep)
+    elif reader == "scheduler_file":
+        from pipeline.options import UsageError
+        from pipeline.run import _check_scheduler_file
+
+        with pytest.raises(UsageError, match="not a running Dask scheduler's file"):
+            _check_scheduler_file(str(deep))
+    else:
+        from pipeline.folder_lock import LOCK_FILE, LockRefused, holder_record, lock_local
+
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / LOCK_FILE).write_text("[" * 4000)
+        held = os.open(out / LOCK_FILE, os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            with pytest.raises(LockRefused, match="is being written by another run"):
+                lock_local(str(out), holder_record("train_negatives"), "--output_dir")
+        finally:
+            os.close(held)
+
+
+def test_q32_q34_ranking_records_whose_texts_are_not_strings_are_bad_records(tmp_path):
+    from pipeline.train.suites.ranking import sugarcrepe_rows, vl_checklist_rows
+
+    vl = tmp_path / "vl" / "Attribute" / "vg"
+    vl.mkdir(parents=True)
+    (vl / "color.json").write_text('[["a.jpg", {"POS": "a white ball", "NEG": ["a red ball"]}], '
+                                   '["b.jpg", {"POS": ["a ball"], "NEG": "a green ball"}], '
+                                   '["c.jpg", {"POS": ["a cat"], "NEG": ["a dog"]}]]')
+    rows, bad = vl_checklist_rows(tmp_path / "vl")
+    assert [r["options"] for r in rows] == [["a cat", "a dog"]] and bad == {"bad_record": 2}
+    sugar = tmp_path / "sugar"
+    sugar.mkdir()
+    (sugar / "add_att.json").write_text('{"100": {"filename": "x.jpg", "caption": "a cat", "negative_caption": '
+                                        '["a dog"]}, "102": {"filename": "x.jpg", "caption": 7, "negative_caption": '
+                                        '"a dog"}, "103": {"filename": "x.jpg", "caption": "a cat", '
+                                        '"negative_caption": "a dog"}}')
+    rows, _, bad = sugarcrepe_rows(sugar)
+    assert [r["example_id"] for r in rows] == ["add_att:103"] and bad == {"bad_record": 2}

@@ -82,7 +82,14 @@ class ReplaceTable:
             data = read_bounded(path, TABLE_LIMIT, "more than a replace table")
         except ValueError as e:
             raise ValueError(str(e).replace("not a file hardpos wrote", "not a table file")) from None
-        return cls(json.loads(data), hashlib.sha256(data).hexdigest())
+        try:
+            raw = json.loads(data)
+        except RecursionError:
+            raise ValueError("nested too deeply to be a replace table") from None
+        try:
+            return cls(raw, hashlib.sha256(data).hexdigest())
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a replace table ({type(e).__name__}: {e})") from None
 
     def categories(self) -> list[tuple[str, str]]:
         return list(self.pairs)

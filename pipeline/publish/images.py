@@ -240,9 +240,25 @@ FETCH_LIST = "_fetch_list.parquet"  # the urls handed to img2dataset: not a shar
 IMG2DATASET_TMP = "_tmp"
 
 
-def is_shards_entry(name: str) -> bool:
-    """Whether a name in shards/ is one the images stage or img2dataset writes there."""
-    return bool(_SHARD_FILE.match(name)) or name in (FETCH_LIST, IMG2DATASET_TMP)
+_TMP_FILE = re.compile(r"^\d+\.feather$")  # img2dataset's input shards in its _tmp folder
+
+
+def shards_entry_problem(shards_dir: str, name: str) -> str | None:
+    """Why an entry of shards/ is not one the images stage or img2dataset writes there, of the kind they write, else
+    None. img2dataset removes its _tmp folder whole, and would remove through a link: a leftover _tmp may hold only
+    its own .feather files."""
+    path = os.path.join(shards_dir, name)
+    kind = os.lstat(path).st_mode
+    if _SHARD_FILE.match(name) or name == FETCH_LIST:
+        return None if stat.S_ISREG(kind) else "is not a regular file"
+    if name != IMG2DATASET_TMP:
+        return "is not a file the images stage or img2dataset writes"
+    if not stat.S_ISDIR(kind):
+        return "is not img2dataset's temporary folder (a folder, not a link)"
+    for entry in os.scandir(path):
+        if not _TMP_FILE.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            return f"holds {entry.name[:200]!r}, which img2dataset (removing the folder whole) did not write"
+    return None
 
 
 def _shard_files(shards_dir: str) -> dict[str, set[str]]:

@@ -97,11 +97,10 @@ def check_images_path(opts: HardposOptions) -> None:
             raise UsageError(f"--images_dir {out}: {name} is not {kind}, where the images stage keeps {kind} {name}; "
                              f"move it away")
     shards = os.path.join(out, core.SHARDS)
-    stray = sorted(name for name in (os.listdir(shards) if os.path.isdir(shards) else ())
-                   if not core.is_shards_entry(name))
-    if stray:  # img2dataset's resume reads every shards/*.json name as a shard number
-        raise UsageError(f"--images_dir {out}: {core.SHARDS}/{stray[0][:200]} is not a file the images stage or "
-                         f"img2dataset writes ({len(stray)} such); move it away")
+    for name in sorted(os.listdir(shards) if os.path.isdir(shards) and not os.path.islink(shards) else ()):
+        problem = core.shards_entry_problem(shards, name)
+        if problem:  # img2dataset's resume reads every shards/*.json name as a shard number, and removes _tmp whole
+            raise UsageError(f"--images_dir {out}: {core.SHARDS}/{name[:200]} {problem}; move it away")
     release = published_folder_holding(out)
     if release is not None:
         raise UsageError(f"--images_dir {out} is in the published folder {release}; the images stage needs a folder "

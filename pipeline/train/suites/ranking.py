@@ -104,7 +104,7 @@ def read_json(path: Path):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f, object_pairs_hook=_names_once)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ValueError(f"{path}: cannot read JSON: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
 
@@ -179,8 +179,12 @@ def sugarcrepe_rows(root: Path, limit: int | None = None, seed: int = 0) -> tupl
             if isinstance(a, Repeated):
                 bad["repeated_field"] = bad.get("repeated_field", 0) + 1
                 continue
-            rows.append({"example_id": f"{subset}:{key}", "group": subset, "image_path": a["filename"],
-                         "options": [a["caption"], a["negative_caption"]]})
+            texts = [a.get(k) if isinstance(a, dict) else None for k in ("filename", "caption", "negative_caption")]
+            if not all(isinstance(t, str) and t for t in texts):
+                bad["bad_record"] = bad.get("bad_record", 0) + 1
+                continue
+            rows.append({"example_id": f"{subset}:{key}", "group": subset, "image_path": texts[0],
+                         "options": texts[1:]})
     return rows, missing, bad
 
 
@@ -290,6 +294,8 @@ def vl_checklist_rows(root: Path, limit: int | None = None, seed: int = 0) -> tu
                 continue
             try:
                 image_path, captions = record
+                if not isinstance(captions["POS"], list) or not isinstance(captions["NEG"], list):
+                    raise TypeError  # a string would be read character by character
                 options = [captions["POS"][0], *captions["NEG"]]
                 if not image_path or len(options) < 2 or not all(isinstance(o, str) for o in options):
                     raise ValueError
