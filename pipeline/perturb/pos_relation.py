@@ -77,7 +77,8 @@ def _refused(doc) -> bool:
 def _occurrences(lowers: list[str], words: tuple[str, ...]) -> list[int]:
     """Where the words stand in the caption's lowered tokens, never first nor ending it."""
     n = len(words)
-    return [i for i in range(1, len(lowers) - n) if (not n or lowers[i] == words[0]) and tuple(lowers[i:i + n]) == words]
+    return [i for i in range(1, len(lowers) - n)
+            if (not n or lowers[i] == words[0]) and tuple(lowers[i:i + n]) == words]
 
 
 def _head_noun(doc, first: int, end: int):
