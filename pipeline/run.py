@@ -386,10 +386,14 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
 
 
 def _check_not_a_tools_folder(target: str) -> None:
-    """--output_dir is no tool's output folder: a run's report.md would replace the evaluator's, its tables would
-    sit beside the figures."""
+    """--output_dir is no tool's output folder (a run's report.md would replace the evaluator's, its tables would
+    sit beside the figures), nor in a folder a run removes whole (a staging or spill folder)."""
     from pipeline.folder_lock import tool_folder
+    from pipeline.tables.folders import removed_folder_problem
 
+    problem = None if has_scheme(target) else removed_folder_problem("--output_dir", target)
+    if problem:  # a run committed there would be removed with it
+        raise UsageError(problem)
     whose = None if has_scheme(target) else tool_folder(target)
     if whose:
         raise UsageError(f"--output_dir={target} is {whose} output folder (its lock file says so), whose report.md "

@@ -136,3 +136,23 @@ def test_q32_q34_ranking_records_whose_texts_are_not_strings_are_bad_records(tmp
                                         '"negative_caption": "a dog"}}')
     rows, _, bad = sugarcrepe_rows(sugar)
     assert [r["example_id"] for r in rows] == ["add_att:103"] and bad == {"bad_record": 2}
+
+
+@pytest.mark.parametrize("kind", ["staging", "spill"])
+def test_q36_q37_no_run_commits_into_a_folder_a_run_removes_whole(kind, tmp_path, capsys):
+    from pipeline.io import spill
+    from pipeline.run import main
+    from pipeline.tables.folders import STAGING_MARK, STAGING_PREFIX
+
+    if kind == "staging":
+        dead = tmp_path / f"{STAGING_PREFIX}all-0123456789ab"
+        dead.mkdir()
+        (dead / STAGING_MARK).write_text("")
+    else:
+        dead = tmp_path / f"{spill.PREFIX}train_negatives-0123456789ab"
+        dead.mkdir()
+        (dead / spill.MARK).write_text("")
+    code = main(["--stage=train_negatives", f"--coco_captions={SAMPLES / 'coco' / 'captions_sample.json'}",
+                 f"--output_dir={dead / 'mine'}", "--progress_seconds=0"])
+    assert code == 2 and "write into a folder of its own" in capsys.readouterr().err
+    assert not (dead / "mine").exists()

@@ -613,6 +613,20 @@ SPILL_PREFIX, SPILL_MARK = "hardpos-spill-", ".hardpos-spill.lock"
 IMAGES_FOLDER_ENTRIES = ("shards", "index", "settings.json")
 
 
+def removed_folder_problem(flag: str, folder) -> str | None:
+    """Why nothing may be written at folder: it is in a folder a run removes whole (a run's staging folder, which
+    the run or the next one removes; a spill folder, which a later run removes once its run is gone). None else."""
+    staging = staging_folder_holding(folder)
+    if staging is not None:
+        return (f"{flag}={folder} is in {staging}, a run's staging folder, which the run or the next one removes; "
+                f"write into a folder of its own")
+    spill = folder_holding(folder, lambda p: p.name.startswith(SPILL_PREFIX) and (p / SPILL_MARK).exists())
+    if spill is not None:
+        return (f"{flag}={folder} is in {spill}, a run's spill folder, which a later run removes whole; write into "
+                f"a folder of its own")
+    return None
+
+
 def output_folder_problem(flag: str, folder) -> str | None:
     """Why a tool's output folder (the trainer's or the evaluator's --out) must not be where it is: inside a run's
     table folder (its files would be taken for the table's, or replaced by the next commit), inside a release
@@ -625,14 +639,9 @@ def output_folder_problem(flag: str, folder) -> str | None:
     release = published_folder_holding(folder)
     if release is not None:
         return f"{flag}={folder} is in the published folder {release}; write into a folder of its own"
-    staging = staging_folder_holding(folder)
-    if staging is not None:
-        return (f"{flag}={folder} is in {staging}, a run's staging folder, which the run or the next one removes; "
-                f"write into a folder of its own")
-    spill = folder_holding(folder, lambda p: p.name.startswith(SPILL_PREFIX) and (p / SPILL_MARK).exists())
-    if spill is not None:
-        return (f"{flag}={folder} is in {spill}, a run's spill folder, which a later run removes whole; write into "
-                f"a folder of its own")
+    removed = removed_folder_problem(flag, folder)
+    if removed:
+        return removed
     images = folder_holding(folder, lambda p: all((p / name).exists() for name in IMAGES_FOLDER_ENTRIES))
     if images is not None:
         return (f"{flag}={folder} is in {images}, the images stage's folder, whose shards it extends and checks; "
