@@ -123,6 +123,7 @@ def parse(argv: list[str]) -> tuple[PipelineOptions, HardposOptions]:
     check_runner(options.view_as(StandardOptions).runner)
     _check_url_schemes(opts)
     _check_dask_address(options)
+    _check_running_mode(options)
     _absolute_local_paths(opts)
     _fixed_runner(options)
     pin_local_runner(options)
@@ -208,6 +209,17 @@ def _check_dask_address(options: PipelineOptions) -> None:
     scheduler_file = found.get("scheduler_file") or found.get("dask_scheduler_file")
     if isinstance(scheduler_file, str):
         _check_scheduler_file(scheduler_file)
+
+
+def _check_running_mode(options: PipelineOptions) -> None:
+    """Several workers as threads of one process are refused: the stages' DoFns share NLTK's WordNet reader, which is
+    not safe across threads (two threads failed runs with WordNetError and AttributeError tracebacks)."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_threading" and (direct.direct_num_workers or 1) != 1:
+        raise UsageError("--direct_running_mode=multi_threading with more than one worker: the stages share NLTK's "
+                         "WordNet reader, which is not safe across threads; use multi_processing")
 
 
 def _check_scheduler_file(path: str) -> None:

@@ -156,3 +156,11 @@ def test_q36_q37_no_run_commits_into_a_folder_a_run_removes_whole(kind, tmp_path
                  f"--output_dir={dead / 'mine'}", "--progress_seconds=0"])
     assert code == 2 and "write into a folder of its own" in capsys.readouterr().err
     assert not (dead / "mine").exists()
+
+
+def test_q39_q40_several_workers_as_threads_are_refused(tmp_path, capsys):
+    from pipeline.run import main
+
+    code = main(["--stage=train_negatives", f"--coco_captions={SAMPLES / 'coco' / 'captions_sample.json'}",
+                 f"--output_dir={tmp_path / 'out'}", "--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    assert code == 2 and "not safe across threads" in capsys.readouterr().err and not (tmp_path / "out").exists()
