@@ -164,3 +164,17 @@ def test_q39_q40_several_workers_as_threads_are_refused(tmp_path, capsys):
     code = main(["--stage=train_negatives", f"--coco_captions={SAMPLES / 'coco' / 'captions_sample.json'}",
                  f"--output_dir={tmp_path / 'out'}", "--direct_num_workers=2", "--direct_running_mode=multi_threading"])
     assert code == 2 and "not safe across threads" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["0" * 31 + "1" + "0" * 7, "1" + " " * 100, "1_0"])
+def test_q47_the_shard_count_is_read_whole_as_clip_benchmark_reads_it(text, tmp_path):
+    from pipeline.train.clip import UsageError
+    from pipeline.train.suites.zeroshot import is_wds_folder
+
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "0.tar").write_bytes(b"")
+    (tmp_path / "test" / "nshards.txt").write_text(text)
+    with pytest.raises(UsageError, match="does not hold test/0.tar to test/N-1.tar"):
+        is_wds_folder(tmp_path)
+    (tmp_path / "test" / "nshards.txt").write_text("1\n")
+    assert is_wds_folder(tmp_path)

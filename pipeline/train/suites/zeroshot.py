@@ -44,6 +44,7 @@ def wds_folder_name(dataset: str) -> str:
 
 
 MAX_SHARDS = 100_000  # clip-benchmark's largest published set has a few hundred
+NSHARDS_BYTES = 64
 
 
 def is_wds_folder(path: Path) -> bool:
@@ -53,8 +54,13 @@ def is_wds_folder(path: Path) -> bool:
     nshards = path / "test" / "nshards.txt"
     if not nshards.is_file():
         return False
-    text = nshards.read_bytes()[:32].decode("ascii", "replace").strip()
-    count = int(text) if text.isascii() and text.isdigit() else 0
+    with open(nshards, "rb") as f:  # the walk made sure it is a regular file
+        data = f.read(NSHARDS_BYTES + 1)
+    text = data.decode("ascii", "replace")
+    try:  # the number as clip-benchmark reads it: int() of the whole file
+        count = int(text) if len(data) <= NSHARDS_BYTES else 0
+    except ValueError:
+        count = 0
     if not 1 <= count <= MAX_SHARDS or any(not (path / "test" / f"{k}.tar").is_file() for k in range(count)):
         from pipeline.train.clip import UsageError
 
