@@ -48,7 +48,8 @@ def tool_folder(folder: str) -> str | None:
 
 
 def held_by_another(flag: str, folder: str, holder: dict, hint: str = "") -> str:
-    who = f"stage {holder.get('stage')}, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
+    who = f"stage {holder.get('stage')}, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}" \
+        if holder.get("pid") else "its lock file does not say which"
     return f"{flag}={folder} is being written by another run ({who}); wait for it to end or choose another folder{hint}"
 
 
