@@ -35,38 +35,34 @@ LISTING = "files.json"
 # are empty without the attribute ruler, kept so that a model with it round-trips too).
 ATTRS = ["ORTH", "SPACY", "TAG", "POS", "MORPH", "LEMMA", "DEP", "HEAD", "SENT_START"]
 
-_keeping: str | None = None
-_reading: str | None = None
+_folders: dict[str, str | None] = {"keeping": None, "reading": None}
 
 
 @contextlib.contextmanager
+def _set(role: str, folder: str | None):
+    before, _folders[role] = _folders[role], folder
+    try:
+        yield
+    finally:
+        _folders[role] = before
+
+
 def keeping(folder: str | None):
     """Graphs built inside keep their parses in `folder` (train_negatives in a chain)."""
-    global _keeping
-    before, _keeping = _keeping, folder
-    try:
-        yield
-    finally:
-        _keeping = before
+    return _set("keeping", folder)
 
 
-@contextlib.contextmanager
 def reading(folder: str | None):
     """Graphs built inside read their parses from `folder` (hard_positives in a chain)."""
-    global _reading
-    before, _reading = _reading, folder
-    try:
-        yield
-    finally:
-        _reading = before
+    return _set("reading", folder)
 
 
 def keeping_folder() -> str | None:
-    return _keeping
+    return _folders["keeping"]
 
 
 def reading_folder() -> str | None:
-    return _reading
+    return _folders["reading"]
 
 
 def folder_of(staging: str) -> str:
