@@ -27,16 +27,37 @@ def has_scheme(path) -> bool:
     return bool(_SCHEME.match(str(path).strip()))
 
 
+# An authority that is neither host nor host:port (a port is digits, then perhaps the message's punctuation) and has
+# no '@': a userinfo cut short before its '@' ("http://user:secr..." from a message cut to a length), whose password
+# part is hidden.
+_CUT_USERINFO = re.compile(r"(?<=:/)(/?[^/?#@\[\]:]*):(?![0-9]*[^\w/?#@]*(?:[/?#]|$))[^/?#@]*(?=[/?#]|$)")
+
+
 def redacted(url: str) -> str:
-    """The URL with its userinfo and query values as ***."""
+    """The URL with its userinfo and query values as ***; also the password of a userinfo cut short before its
+    '@' (an authority whose 'port' is not digits)."""
     url = _USERINFO.sub(r"\1***@", str(url), count=1)
+    url = _CUT_USERINFO.sub(r"\1:***", url, count=1)
     url = _QUERY_VALUE.sub(r"\1***", url)
     return _BARE_QUERY.sub("?***", url)
+
+
+def shown(url: str, limit: int = 80) -> str:
+    """A URL for a message: redacted whole first, then cut to `limit` characters (a cut made first could leave a
+    password without the '@' that marks it)."""
+    text = redacted(url)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def redact_urls(text: str) -> str:
     """Every URL in a text (an error message that quotes one) redacted."""
     return _URL.sub(lambda m: redacted(m.group()), str(text))
+
+
+def cut(text: str, limit: int) -> str:
+    """A message's text for a line of `limit` characters: its URLs redacted before it is cut (redact_urls)."""
+    text = redact_urls(text) if ":/" in str(text) else str(text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def hidden_why(url: str) -> str | None:
@@ -75,10 +96,43 @@ def secret_values() -> list[str]:
     return sorted(found, key=lambda v: (-len(v), v))
 
 
+SECRET_RUN = 8  # no run of this many characters of a secret is printed: a message cut to a length cuts one short
+
+
+def redact_secrets(text: str, secrets: list[str]) -> str:
+    """The text with every secret, and every run of SECRET_RUN or more of its characters (a secret cut short, at
+    either end, by a message's length limit), as ***."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    if not secrets or len(text) < SECRET_RUN:
+        return text
+    covered = bytearray(len(text))
+    for secret in secrets:
+        pieces = {secret[i:i + SECRET_RUN] for i in range(len(secret) - SECRET_RUN + 1)}
+        first = {piece[0] for piece in pieces}
+        for i in range(len(text) - SECRET_RUN + 1):
+            if text[i] in first and text[i:i + SECRET_RUN] in pieces:
+                covered[i:i + SECRET_RUN] = b"\x01" * SECRET_RUN
+    if not any(covered):
+        return text
+    out, i = [], 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append("***")
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 class _Redacting:
-    """A text stream that writes every URL with its secrets as *** (redact_urls), and the environment's secret values
-    as *** wherever they appear (a file's content quoted in an error, a library's message): what a process prints, a
-    traceback or a library's log line included, never shows a password, a query value or a key."""
+    """A text stream that writes every URL with its secrets as *** (redact_urls), and the environment's secret values,
+    or any run of SECRET_RUN of their characters, as *** wherever they appear (a file's content quoted in an error,
+    a library's message): what a process prints, a traceback or a library's log line included, never shows a
+    password, a query value or a key."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -86,10 +140,7 @@ class _Redacting:
 
     def write(self, text):
         text = redact_urls(text) if ":/" in text else text
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return self._stream.write(text)
+        return self._stream.write(redact_secrets(text, self._secrets))
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from pipeline.folder_lock import kernel_file
 from pipeline.publish.image_shards import RowGroups, parquet_images, read_member, tar_images
-from pipeline.urls import redacted
+from pipeline.urls import redacted, shown
 
 SHARDS = "shards"
 INDEX = "index"
@@ -626,7 +626,7 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not is_url(newurl):
-            raise urllib.error.HTTPError(newurl, code, f"{REFUSED_URL_ERROR}: redirect to {newurl[:80]}", headers, fp)
+            raise urllib.error.HTTPError(newurl, code, f"{REFUSED_URL_ERROR}: redirect to {shown(newurl)}", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -647,15 +647,15 @@ def fetch_bounded(row, timeout, user_agent_token, disallowed_header_directives, 
     if url.startswith("file://"):
         path = Path(urllib.request.url2pathname(url[len("file://"):])).resolve()
         if config.file_root is None or not path.is_relative_to(Path(config.file_root).resolve()):
-            return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is outside --image_root"
+            return key, None, f"{REFUSED_URL_ERROR}: {shown(url)} is outside --image_root"
         try:  # a FIFO would block the open past any deadline, a device never end, a kernel file hold secrets
             regular = stat.S_ISREG(os.stat(path).st_mode) and not kernel_file(path)
         except OSError:
             regular = True  # missing: the open says so, as for any image not there
         if not regular:
-            return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is not a regular file"
+            return key, None, f"{REFUSED_URL_ERROR}: {shown(url)} is not a regular file"
     elif not is_url(url):
-        return key, None, f"{REFUSED_URL_ERROR}: {url[:80]} is not http(s)"
+        return key, None, f"{REFUSED_URL_ERROR}: {shown(url)} is not http(s)"
     agent = "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:72.0) Gecko/20100101 Firefox/72.0"
     if user_agent_token:
         agent += f" (compatible; {user_agent_token}; +https://github.com/rom1504/img2dataset)"

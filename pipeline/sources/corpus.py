@@ -50,7 +50,7 @@ from pipeline.sources.files import (
     reject_letter,
     repeated_name,
 )
-from pipeline.urls import has_scheme, redact_urls
+from pipeline.urls import cut, has_scheme, redact_urls
 
 SOURCE = "captions"
 FORMATS = ("auto", "coco", "img2dataset", "webdataset", "parquet", "jsonl", "csv")
@@ -477,7 +477,7 @@ def normalise(raw, name: str, index: int, columns: Columns, bounds: InputBounds 
             raise Reject("unknown_status", f"img2dataset status {shown} is none of success, "
                                            f"{', '.join(DOWNLOAD_FAILED)}")
         raise Discard("image_not_downloaded", f"img2dataset status {status}: "
-                                              f"{printable(str(raw.get('error_message') or ''))[:300]}")
+                                              f"{cut(printable(str(raw.get('error_message') or '')), 300)}")
     key = raw.get(columns.key)
     if isinstance(key, bool) or not isinstance(key, (str, int)) or not str(key).strip():
         raise Reject("bad_key", f"{columns.key} must be a non-empty string or integer, got {key!r:.60}")

@@ -109,10 +109,12 @@ def uses_quick_gelu(clip) -> bool:
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
-    """`Type: message` on one line (torch's messages run over several), at most `limit` characters."""
+    """`Type: message` on one line (torch's messages run over several), at most `limit` characters, its URLs
+    redacted before the cut."""
+    from pipeline.urls import cut
+
     text = " ".join(str(e).split())
-    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return cut(f"{type(e).__name__}: {text}" if text else type(e).__name__, limit)
 
 
 def load_checkpoint_file(path: str, mmap: bool = False):
