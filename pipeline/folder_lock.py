@@ -44,7 +44,8 @@ def tool_folder(folder: str) -> str | None:
         holder = json.loads(read_bounded(os.path.join(folder, LOCK_FILE), 1 << 16, flags=os.O_NOFOLLOW))
     except (OSError, ValueError, RecursionError):
         return None
-    return TOOLS.get(holder.get("stage")) if isinstance(holder, dict) else None
+    stage = holder.get("stage") if isinstance(holder, dict) else None
+    return TOOLS.get(stage) if isinstance(stage, str) else None
 
 
 def held_by_another(flag: str, folder: str, holder: dict, hint: str = "") -> str:

@@ -597,11 +597,37 @@ class FnApiDirectRunner(PipelineRunner):
         from apache_beam.runners.portability.fn_api_runner import fn_runner
         from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
+        from pipeline.urls import redact_urls
+
         # The options as they are now (a stage points --output_dir at its staging folder after parsing), for
-        # the worker processes of multi_processing mode.
-        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        # the worker processes of multi_processing mode, with URLs' secrets as *** (the DoFns carry what they use;
+        # a worker prints the flags it does not know)
+        shown = {name: redact_urls(value) if isinstance(value, str) and ":/" in value else value
+                 for name, value in options.get_all_options().items()}
+        encoded = JobServiceHandle.encode_pipeline_options(shown)
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        return _RedactedWorkersRunner(provision_info=provision).run_pipeline(pipeline, options)
+
+
+def _redacted_worker_runner():
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    class RedactedWorkersRunner(fn_runner.FnApiRunner):
+        """FnApiRunner whose multi_processing workers are pipeline.runners.redacted_worker: their output redacted
+        as the launcher's is."""
+
+        def run_via_runner_api(self, pipeline_proto, options):
+            for environment in pipeline_proto.components.environments.values():
+                payload = environment.payload.replace(b"apache_beam.runners.worker.sdk_worker_main",
+                                                      b"pipeline.runners.redacted_worker")
+                environment.payload = payload
+            return super().run_via_runner_api(pipeline_proto, options)
+
+    return RedactedWorkersRunner
+
+
+def _RedactedWorkersRunner(**kwargs):  # noqa: N802  (a class, made when first used: fn_runner imports much)
+    return _redacted_worker_runner()(**kwargs)
 
 
 LOCAL_RUNNER = f"{__name__}.{FnApiDirectRunner.__name__}"

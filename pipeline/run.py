@@ -217,7 +217,9 @@ def _check_running_mode(options: PipelineOptions) -> None:
     from apache_beam.options.pipeline_options import DirectOptions
 
     direct = options.view_as(DirectOptions)
-    if direct.direct_running_mode == "multi_threading" and (direct.direct_num_workers or 1) != 1:
+    n = direct.direct_num_workers
+    workers = 1 if n is None else (os.cpu_count() or 1) if n == 0 else n  # 0: one per core, as Beam reads it
+    if direct.direct_running_mode == "multi_threading" and workers != 1:
         raise UsageError("--direct_running_mode=multi_threading with more than one worker: the stages share NLTK's "
                          "WordNet reader, which is not safe across threads; use multi_processing")
 
@@ -399,9 +401,10 @@ def run(options: PipelineOptions, opts: HardposOptions) -> dict:
 
 def _check_not_a_tools_folder(target: str) -> None:
     """--output_dir is no tool's output folder (a run's report.md would replace the evaluator's, its tables would
-    sit beside the figures), nor in a folder a run removes whole (a staging or spill folder)."""
+    sit beside the figures), nor in a folder a run removes whole (a staging or spill folder), nor in the images
+    stage's folder."""
     from pipeline.folder_lock import tool_folder
-    from pipeline.tables.folders import removed_folder_problem
+    from pipeline.tables.folders import images_folder_holding, removed_folder_problem
 
     problem = None if has_scheme(target) else removed_folder_problem("--output_dir", target)
     if problem:  # a run committed there would be removed with it
@@ -410,6 +413,10 @@ def _check_not_a_tools_folder(target: str) -> None:
     if whose:
         raise UsageError(f"--output_dir={target} is {whose} output folder (its lock file says so), whose report.md "
                          f"a run would replace; choose another folder")
+    images = None if has_scheme(target) else images_folder_holding(target)
+    if images is not None:  # its report.json is the images stage's, which a run's report would replace
+        raise UsageError(f"--output_dir={target} is in {images}, the images stage's folder; write into a folder of "
+                         f"its own")
 
 
 def _check_folder_report(target: str) -> None:
@@ -488,9 +495,10 @@ def _run_link(options: PipelineOptions, opts: HardposOptions, staging: str, name
     started = time.monotonic()
     shared = parses.folder_of(staging) if name == "all" and all_stages.shares_parses(opts) else None
     if shared and sub == "train_negatives":
-        parses.make_folder(shared)
-    keep = parses.keeping(shared if sub == "train_negatives" else None)
-    read = parses.reading(shared if sub == "hard_positives" and shared and parses.listed(shared) else None)
+        parses.make_table(shared)  # its key lives in this process only, for the chain's two stages
+    table = parses.made(shared) if shared else None
+    keep = parses.keeping(table if sub == "train_negatives" else None)
+    read = parses.reading(table if sub == "hard_positives" and table and parses.listed(shared) else None)
     try:
         with keep, read:
             report = _run_stage(options, opts, staging, staging if sub == "train_set" else None)

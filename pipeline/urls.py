@@ -14,7 +14,7 @@ import re
 # After scheme:// or scheme:/ (a library that joins a URL as a path, as `datasets` does, leaves one slash).
 _USERINFO = re.compile(r"(?<=:/)(/?)[^/?#]*@")  # greedy: up to the authority's last @
 _QUERY_VALUE = re.compile(r"([?&;][^=&#;\s]*=)[^&#;\s]*")
-_BARE_QUERY = re.compile(r"\?([^=&#\s]+)(?=$|#)")
+_BARE_QUERY = re.compile(r"(?<=[?&;])[^=&#;\s*][^=&#;\s]*(?=[&#;]|$)")  # a component with no '=': a value
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*:/[^\s'\"<>]+")
 
 
@@ -39,7 +39,8 @@ def redacted(url: str) -> str:
     url = _USERINFO.sub(r"\1***@", str(url), count=1)
     url = _CUT_USERINFO.sub(r"\1:***", url, count=1)
     url = _QUERY_VALUE.sub(r"\1***", url)
-    return _BARE_QUERY.sub("?***", url)
+    base, mark, query = url.partition("?")
+    return base + _BARE_QUERY.sub("***", mark + query) if mark else url
 
 
 def shown(url: str, limit: int = 80) -> str:
@@ -74,10 +75,16 @@ def hidden_why(url: str) -> str | None:
     _, sep, rest = str(url).partition("://")
     if not sep:
         return "it holds an '@' but no scheme:// before it" if "@" in url else None
-    after = rest[len(re.match(r"[^/?#]*", rest).group()):]  # path, query and fragment
+    authority = re.match(r"[^/?#]*", rest).group()
+    after = rest[len(authority):]  # path, query and fragment
     path, _, fragment = after.partition("#")
     if "@" in path.split("?", 1)[0] or "@" in fragment:
         return "it holds an '@' after its host (a password holding a '/', '?' or '#' must percent-encode it)"
+    host = authority.rpartition("@")[2]
+    port = host.rpartition("]")[2].partition(":")[2] if host.startswith("[") else host.partition(":")[2]
+    if port and not port.isdigit():
+        # "http://u:pw?x@host": parsers take u as the host and pw as its port, and quote that 'port' in errors
+        return "its port is not a number (a password holding a '/', '?' or '#' must percent-encode it)"
     return None
 
 

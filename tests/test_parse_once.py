@@ -67,7 +67,7 @@ def test_a_parse_table_that_does_not_hold_the_records_read_fails_the_run(tmp_pat
 
     original = parses.read_batches
     monkeypatch.setattr(parses, "read_batches",
-                        lambda pipeline, folder: original(pipeline, folder) | beam.Filter(lambda batch: False))
+                        lambda pipeline, table: original(pipeline, table) | beam.Filter(lambda batch: False))
     out = tmp_path / "out"
     code = _run("--stage=all", f"--output_dir={out}")
     err = capsys.readouterr().err
@@ -101,15 +101,15 @@ def test_a_parse_table_changed_between_the_stages_fails_the_run_in_one_line(plan
 
     original = parses.read_batches
 
-    def planting(pipeline, folder):
-        listing = Path(folder) / parses.LISTING
+    def planting(pipeline, table):
+        listing = Path(table.folder) / parses.LISTING
         if planted == "line":
-            for name in json.loads(listing.read_text()):
+            for name, _, _ in json.loads(listing.read_text())["files"]:
                 with open(name, "a") as f:
                     f.write('{"records": "not a list", "docs": ""}\n')
         else:
             listing.write_text(json.dumps([str(tmp_path / "elsewhere.jsonl")]))
-        return original(pipeline, folder)
+        return original(pipeline, table)
 
     monkeypatch.setattr(parses, "read_batches", planting)
     out = tmp_path / "out"
@@ -130,9 +130,9 @@ def test_nothing_planted_in_the_parse_tables_folder_is_written_through_or_waited
     victim.write_text("precious user data")
     original = parses._write_listing
 
-    def planting(paths, folder):
-        os.symlink(victim, Path(folder) / parses.LISTING)
-        return original(paths, folder)
+    def planting(paths, table):
+        os.symlink(victim, Path(table.folder) / parses.LISTING)
+        return original(paths, table)
 
     monkeypatch.setattr(parses, "_write_listing", planting)
     assert _run("--stage=all", f"--output_dir={tmp_path / 'linked'}") == 0
@@ -141,11 +141,11 @@ def test_nothing_planted_in_the_parse_tables_folder_is_written_through_or_waited
 
     before = parses.read_batches
 
-    def fifo(pipeline, folder):
-        name = json.loads((Path(folder) / parses.LISTING).read_text())[0]
+    def fifo(pipeline, table):
+        name = json.loads((Path(table.folder) / parses.LISTING).read_text())["files"][0][0]
         os.unlink(name)
         os.mkfifo(name)
-        return before(pipeline, folder)
+        return before(pipeline, table)
 
     monkeypatch.setattr(parses, "read_batches", fifo)
     code = _run("--stage=all", f"--output_dir={tmp_path / 'fifo'}")

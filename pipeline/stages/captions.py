@@ -30,13 +30,13 @@ class CaptionRowsFn(beam.DoFn):
 
     Subclasses set `stage`, `table` and implement rows(record, doc) -> list of rows, raising Skip. One that sets
     `photo_words` gets (record, the word_keys its photo's captions name, or None) pairs (make_rows joins them).
-    With `keep_parses` (a folder: a chain's parse table, io/parses.py) every batch it parsed is written there too,
+    With `keep_parses` (a chain's parse table, io/parses.py) every batch it parsed is written there too,
     and each bundle's file is a PARSE_FILES output.
     """
 
     stage = table = ""
     photo_words = False
-    keep_parses: str | None = None
+    keep_parses: parses.Table | None = None
 
     def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int):
         self.negative_types = negative_types
@@ -69,7 +69,8 @@ class CaptionRowsFn(beam.DoFn):
     def process(self, batch, corpus=None):
         docs = None
         if isinstance(batch, tuple):  # parsed already (ParseCaptions): the batch and its DocBin
-            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab)
+            records = [item[0] if isinstance(item, tuple) else item for item in batch[0]]  # (record, named)
+            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab, records)
         named = None
         if self.photo_words:
             batch, named = [r for r, _ in batch], [words for _, words in batch]
@@ -146,7 +147,7 @@ class ParseCaptions(beam.DoFn):
     rows are made; `keep_parses` as CaptionRowsFn's."""
 
     def __init__(self, negative_types: list[str], spacy_model: str | None, batch_size: int,
-                 keep_parses: str | None):
+                 keep_parses: parses.Table | None):
         self.negative_types, self.spacy_model, self.batch_size = negative_types, spacy_model, batch_size
         self.keep_parses = keep_parses
 
@@ -254,7 +255,7 @@ def make_rows(pipeline: beam.Pipeline, opts: HardposOptions, stage: str, table: 
     extra, outputs, batches = [], {}, None
     records = read["records"]
     # a chain's hard_positives reads this parse instead of parsing again, where it is the parse its rules need
-    keep = parses.keeping_folder() if {TAGGER, PARSER} <= set().union(*(NEEDS[t] for t in fn.negative_types)) \
+    keep = parses.keeping_table() if {TAGGER, PARSER} <= set().union(*(NEEDS[t] for t in fn.negative_types)) \
         else None
     if with_corpus:
         # the statistics' captions: the input's, and --reference_captions' (never rows)

@@ -41,7 +41,8 @@ def default_types(opts: HardposOptions) -> str:
 
 def positive_types(opts: HardposOptions) -> list[str]:
     """--positive_types, in order; not given (train_set alone): every type, the LLM's first."""
-    return type_list("--positive_types", opts.positive_types or ",".join(ALL_TYPES), ALL_TYPES)
+    given = opts.positive_types  # an empty value names no type (refused), not every type
+    return type_list("--positive_types", ",".join(ALL_TYPES) if given is None else given, ALL_TYPES)
 
 
 def llm_kinds(opts: HardposOptions) -> list[str]:

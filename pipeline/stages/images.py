@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.folder_lock import tool_folder
 from pipeline.io.commit import FolderLock, folder_path_problem
 from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_sections, recorded_table
@@ -25,7 +26,7 @@ from pipeline.options import HardposOptions, UsageError
 from pipeline.provenance import build_info
 from pipeline.publish import images as core
 from pipeline.tables.folders import PublishError, link_target, published_folder_holding
-from pipeline.urls import has_scheme, redacted
+from pipeline.urls import has_scheme, hidden_why, redacted
 
 STAGE = "images"
 IMAGE_COLUMNS = ("image_url", "image_path")
@@ -85,6 +86,10 @@ def check_images_path(opts: HardposOptions) -> None:
     problem = folder_path_problem("--images_dir", out, opts.output_dir)
     if problem:
         raise UsageError(problem)
+    whose = tool_folder(out)
+    if whose:  # its report.md and lock are the tool's
+        raise UsageError(f"--images_dir {out} is {whose} output folder (its lock file says so); the images stage "
+                         f"needs a folder of its own")
     planted = next((name for name in (core.SHARDS, core.INDEX, REPORT_FILE, core.SETTINGS_FILE)
                     if os.path.islink(os.path.join(out, name))), None)
     if planted:
@@ -143,6 +148,9 @@ def check_inputs(opts: HardposOptions) -> None:
         raise UsageError(f"--image_root is required: {', '.join(vg_tables)} name Visual Genome images by image_path "
                          f"(give the folder or URL prefix they are relative to)")
     root = opts.image_root
+    hidden = hidden_why(root) if root and has_scheme(root) else None
+    if hidden:  # its secrets could not be told apart from the rest: not shown, not fetched
+        raise UsageError(f"--image_root: a URL that cannot be shown without its secrets: {hidden} (not shown here)")
     if root and not core.is_url(root):
         if has_scheme(root):
             raise UsageError(f"--image_root: unsupported URL scheme in {redacted(root)} (use "

@@ -86,7 +86,7 @@ class ProposeRulePositives(beam.DoFn):
 
     def process(self, batch):
         if isinstance(batch, tuple):
-            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab)
+            batch, docs = batch[0], parses.from_bytes(batch[1], self.nlp.vocab, batch[0])
         else:
             docs = self.nlp.pipe((r["caption"] for r in batch), batch_size=self.batch_size)
         for record, doc in zip(batch, docs, strict=True):
@@ -285,10 +285,10 @@ def rule_parts(records, opts, types: list[str]) -> dict:
     "discarded", "counts" (captions asked, substitutions applicable, held out and chosen)} from caption
     records. In a chain whose train_negatives kept its parses (io/parses.py) the captions come parsed from there,
     checked to be the records read."""
-    folder = parses.reading_folder()
-    if folder:
-        batches = parses.read_batches(records.pipeline, folder)
-        _ = parses.check_same(records, batches, folder)
+    table = parses.reading_table()
+    if table:
+        batches = parses.read_batches(records.pipeline, table)
+        _ = parses.check_same(records, batches, table)
     else:
         batches = records | "BatchRuleCaptions" >> beam.BatchElements(min_batch_size=opts.nlp_batch_size,
                                                                        max_batch_size=opts.nlp_batch_size * 4)

@@ -369,8 +369,19 @@ def _read_table(pipeline: beam.Pipeline, table: str, recorded: RecordedTable):
     return read.rows, read[CHANGED_INPUTS]
 
 
+def _recorded_positive_types(opts: HardposOptions, recorded: RecordedTable) -> None:
+    """--positive_types not given (train_set alone): the types the hard_positives table was made with, in its order,
+    as its report records them, so that the stages run one by one give the chain's tables (with the same flags)."""
+    asked = recorded.section.get("positive_types_asked")
+    if opts.positive_types is None and isinstance(asked, list) and asked and all(isinstance(t, str) for t in asked):
+        opts.positive_types = ",".join(asked)
+        hard_positives.positive_types(opts)  # names only known types, else UsageError naming the flag
+
+
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
-    tables = {table: _read_table(pipeline, table, recorded) for table, recorded in _joined_tables(opts).items()}
+    joined = _joined_tables(opts)
+    _recorded_positive_types(opts, joined["hard_positives"])
+    tables = {table: _read_table(pipeline, table, recorded) for table, recorded in joined.items()}
     read = {table: rows for table, (rows, _) in tables.items()}
     changed = [counts for _, counts in tables.values()]
     negatives = [pcoll for table, pcoll in read.items() if table != "hard_positives"]

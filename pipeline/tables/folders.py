@@ -627,6 +627,11 @@ def removed_folder_problem(flag: str, folder) -> str | None:
     return None
 
 
+def images_folder_holding(folder):
+    """The images stage's folder that is `folder` or holds it (its shards, index, settings and report), else None."""
+    return folder_holding(folder, lambda p: all((p / name).exists() for name in IMAGES_FOLDER_ENTRIES))
+
+
 def output_folder_problem(flag: str, folder) -> str | None:
     """Why a tool's output folder (the trainer's or the evaluator's --out) must not be where it is: inside a run's
     table folder (its files would be taken for the table's, or replaced by the next commit), inside a release
@@ -642,7 +647,7 @@ def output_folder_problem(flag: str, folder) -> str | None:
     removed = removed_folder_problem(flag, folder)
     if removed:
         return removed
-    images = folder_holding(folder, lambda p: all((p / name).exists() for name in IMAGES_FOLDER_ENTRIES))
+    images = images_folder_holding(folder)
     if images is not None:
         return (f"{flag}={folder} is in {images}, the images stage's folder, whose shards it extends and checks; "
                 f"write into a folder of its own")
