@@ -106,16 +106,17 @@ def secret_values() -> list[str]:
 SECRET_RUN = 8  # no run of this many characters of a secret is printed: a message cut to a length cuts one short
 
 
-def redact_secrets(text: str, secrets: list[str]) -> str:
-    """The text with every secret, and every run of SECRET_RUN or more of its characters (a secret cut short, at
-    either end, by a message's length limit), as ***."""
+def redact_secrets(text: str, secrets: list[str], partial: list[str] | None = None) -> str:
+    """The text with every secret, and every run of SECRET_RUN or more of the characters of those in `partial`
+    (default: all; a secret cut short, at either end, by a message's length limit), as ***."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "***")
-    if not secrets or len(text) < SECRET_RUN:
+    partial = secrets if partial is None else partial
+    if not partial or len(text) < SECRET_RUN:
         return text
     covered = bytearray(len(text))
-    for secret in secrets:
+    for secret in partial:
         pieces = {secret[i:i + SECRET_RUN] for i in range(len(secret) - SECRET_RUN + 1)}
         first = {piece[0] for piece in pieces}
         for i in range(len(text) - SECRET_RUN + 1):
@@ -142,12 +143,17 @@ class _Redacting:
     password, a query value or a key."""
 
     def __init__(self, stream):
+        import os
+
         self._stream = stream
         self._secrets = secret_values()
+        # a value naming a file (GOOGLE_APPLICATION_CREDENTIALS) is a path, hidden whole: its runs ("/home/me")
+        # are every path's beside it
+        self._partial = [v for v in self._secrets if not os.path.exists(v)]
 
     def write(self, text):
         text = redact_urls(text) if ":/" in text else text
-        return self._stream.write(redact_secrets(text, self._secrets))
+        return self._stream.write(redact_secrets(text, self._secrets, self._partial))
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -284,3 +284,18 @@ def test_k10_the_local_runners_worker_processes_print_no_secret(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "worker fetched http://***@h/v1?key=***" in done.stderr
     assert "PWK10" not in done.stdout + done.stderr and "QK10" not in done.stdout + done.stderr
+
+
+def test_a_secret_that_names_a_file_is_hidden_whole_and_its_runs_are_other_paths(capsys, monkeypatch, tmp_path):
+    from pipeline.urls import redact_output
+
+    credentials = tmp_path / "service-account.json"
+    credentials.write_text("{}")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials))
+    saved = sys.stdout, sys.stderr
+    try:
+        redact_output()
+        print(f"using {credentials}; report in {tmp_path / 'out'}", file=sys.stderr)
+    finally:
+        sys.stdout, sys.stderr = saved
+    assert capsys.readouterr().err.strip() == f"using ***; report in {tmp_path / 'out'}"
