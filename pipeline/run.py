@@ -212,16 +212,19 @@ def _check_dask_address(options: PipelineOptions) -> None:
 
 
 def _check_running_mode(options: PipelineOptions) -> None:
-    """Several workers as threads of one process are refused: the stages' DoFns share NLTK's WordNet reader, which is
-    not safe across threads (two threads failed runs with WordNetError and AttributeError tracebacks)."""
+    """Several workers as threads of one process are refused (multi_threading, and in_memory, which runs bundles on
+    a thread pool of --direct_num_workers): the stages' DoFns share NLTK's WordNet reader, which is not safe across
+    threads (such runs failed with WordNetError and AttributeError tracebacks)."""
     from apache_beam.options.pipeline_options import DirectOptions
 
     direct = options.view_as(DirectOptions)
     n = direct.direct_num_workers
     workers = 1 if n is None else (os.cpu_count() or 1) if n == 0 else n  # 0: one per core, as Beam reads it
-    if direct.direct_running_mode == "multi_threading" and workers != 1:
-        raise UsageError("--direct_running_mode=multi_threading with more than one worker: the stages share NLTK's "
-                         "WordNet reader, which is not safe across threads; use multi_processing")
+    mode = direct.direct_running_mode or "in_memory"
+    if mode != "multi_processing" and workers != 1:  # in_memory runs its bundles on a pool of that many threads too
+        raise UsageError(f"--direct_running_mode={mode} with more than one worker: its workers are threads, and the "
+                         f"stages share NLTK's WordNet reader, which is not safe across threads; use "
+                         f"--direct_running_mode=multi_processing")
 
 
 def _check_scheduler_file(path: str) -> None:
@@ -249,7 +252,7 @@ def _check_url_schemes(opts: HardposOptions) -> None:
     an unknown scheme, gs:// without the gcp extra): Beam's ValueError, raised later, was a traceback. Not
     --image_root, whose http(s) URLs img2dataset fetches (the images stage checks its schemes)."""
     from pipeline.sources.corpus import split_patterns
-    from pipeline.urls import redacted
+    from pipeline.urls import shown_whole
 
     named = [(flag, getattr(opts, flag, None)) for flag in _PATH_FLAGS if flag != "image_root"]  # fetched, not read
     named += [(flag, p) for flag in ("captions", "reference_captions") for p in split_patterns(getattr(opts, flag, None)
@@ -259,8 +262,8 @@ def _check_url_schemes(opts: HardposOptions) -> None:
             try:
                 FileSystems.get_filesystem(value)
             except ValueError:
-                raise UsageError(f"--{flag}={redacted(value)}: no file system reads this URL here (local paths, gs:// "
-                                 f"with the gcp extra, and the others Beam has installed)") from None
+                raise UsageError(f"--{flag}={shown_whole(value)}: no file system reads this URL here (local paths, "
+                                 f"gs:// with the gcp extra, and the others Beam has installed)") from None
 
 
 def _absolute_local_paths(opts: HardposOptions) -> None:

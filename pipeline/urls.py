@@ -14,7 +14,8 @@ import re
 # After scheme:// or scheme:/ (a library that joins a URL as a path, as `datasets` does, leaves one slash).
 _USERINFO = re.compile(r"(?<=:/)(/?)[^/?#]*@")  # greedy: up to the authority's last @
 _QUERY_VALUE = re.compile(r"([?&;][^=&#;\s]*=)[^&#;\s]*")
-_BARE_QUERY = re.compile(r"(?<=[?&;])[^=&#;\s*][^=&#;\s]*(?=[&#;]|$)")  # a component with no '=': a value
+# a component with no '=' is a value (but *** itself, what redaction wrote)
+_BARE_QUERY = re.compile(r"(?<=[?&;])(?!\*\*\*(?:[&#;]|$))[^=&#;\s]+(?=[&#;]|$)")
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*:/[^\s'\"<>]+")
 
 
@@ -41,6 +42,13 @@ def redacted(url: str) -> str:
     url = _QUERY_VALUE.sub(r"\1***", url)
     base, mark, query = url.partition("?")
     return base + _BARE_QUERY.sub("***", mark + query) if mark else url
+
+
+def shown_whole(url: str) -> str:
+    """A URL given whole (a flag's value) for a message: redacted, or not shown at all where its secrets cannot be
+    told apart from the rest of it (hidden_why: a password holding '/', '?' or '#' leaves its tail in the path)."""
+    why = hidden_why(url)
+    return f"(a URL not shown here: {why})" if why else redacted(url)
 
 
 def shown(url: str, limit: int = 80) -> str:

@@ -88,7 +88,8 @@ def test_f16_the_ends_of_the_ranges_are_accepted(tmp_path):
     options, opts = parse(["--stage=eval_sets", f"--aro_vga={ARO_SAMPLE}", f"--output_dir={tmp_path}",
                            f"--seed={2**63 - 1}", "--temperature=0", "--top_p=1", "--gpu_memory_utilization=1",
                            "--image_size=65535", "--max_failed_fraction=0", "--progress_seconds=86400",
-                           "--max_caption_chars=1000000", f"--nlp_batch_size={2**31 - 1}", "--direct_num_workers=0"])
+                           "--max_caption_chars=1000000", f"--nlp_batch_size={2**31 - 1}", "--direct_num_workers=0",
+                           "--direct_running_mode=multi_processing"])  # threads as many as the cores: refused
     assert (opts.seed, opts.temperature, opts.top_p, opts.image_size) == (2**63 - 1, 0.0, 1.0, 65535)
     assert (opts.max_caption_chars, opts.nlp_batch_size) == (1_000_000, 2**31 - 1)
     assert options.view_as(DirectOptions).direct_num_workers == 0

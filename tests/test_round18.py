@@ -299,3 +299,78 @@ def test_a_secret_that_names_a_file_is_hidden_whole_and_its_runs_are_other_paths
     finally:
         sys.stdout, sys.stderr = saved
     assert capsys.readouterr().err.strip() == f"using ***; report in {tmp_path / 'out'}"
+
+
+# ------------------------------------------------------------------ probe 20 (J numbers are the probe's)
+
+def test_j2_a_bare_query_component_starting_with_a_star_is_a_value():
+    from pipeline.urls import redacted
+
+    assert redacted("https://h/c.jsonl?*SECRETSIG") == "https://h/c.jsonl?***"
+    assert redacted("https://h/c?a=1&*SECRETSIG") == "https://h/c?a=***&***"
+    assert redacted(redacted("https://h/c?x&b=2")) == "https://h/c?***&b=***"  # redacting twice changes nothing
+
+
+@pytest.mark.parametrize("flag", ["captions", "reference_captions", "cache_dir", "llm_replay"])
+@pytest.mark.parametrize("url", ["http://u:p#SECRETw28@127.0.0.1:9/x.jsonl", "http://u:p/SECRETw28@127.0.0.1:9/x"])
+def test_j28_a_path_flags_url_whose_password_cannot_be_told_apart_is_not_shown(flag, url, tmp_path, capsys):
+    from pipeline.run import main
+
+    extra = [] if flag == "captions" else [f"--coco_captions={_sample()}"]
+    code = main(["--stage=train_negatives", f"--{flag}={url}", *extra, f"--output_dir={tmp_path / 'out'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "SECRETw28" not in err and "not shown here" in err, err[-1000:]
+
+
+def test_j12_an_image_entry_of_the_wrong_shape_is_named_not_unknown():
+    from pipeline.perturb.outcomes import Reject
+    from pipeline.sources.coco import image_index, normalise
+
+    images = image_index([{"id": 1, "file_name": 12345}, {"id": 2, "file_name": "b.jpg", "coco_url": {"x": 1}},
+                          {"id": 3, "file_name": "c.jpg"}])
+    for image_id, why in ((1, "its file_name is a JSON int"), (2, "its coco_url is a JSON object")):
+        with pytest.raises(Reject) as found:
+            normalise({"id": 10 + image_id, "image_id": image_id, "caption": "a dog"}, "f.json", images)
+        assert found.value.reason == "bad_image_entry" and why in found.value.detail
+    assert normalise({"id": 13, "image_id": 3, "caption": "a dog"}, "f.json", images)["image_url"] is None
+
+
+def test_j14_an_llm_answer_holding_the_api_key_is_refused_not_kept(monkeypatch):
+    import json
+
+    from pipeline.llm import openai_client
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-J14SECRETKEYabcdef")
+    monkeypatch.setattr(openai_client, "_SECRETS", None)
+    for text in ("A dog with sk-J14SECRETKEYabcdef runs.", "A dog with J14SECRETKE runs."):
+        reply = json.dumps({"choices": [{"message": {"content": text}}]}).encode()
+        with pytest.raises(openai_client.RequestFailed, match="holds a secret of this environment") as found:
+            openai_client.parse_reply(reply, chat=True)
+        assert "J14SECRET" not in str(found.value)
+    reply = json.dumps({"choices": [{"message": {"content": "A dog runs."}}]}).encode()
+    assert openai_client.parse_reply(reply, chat=True).text == "A dog runs."
+
+
+@pytest.mark.parametrize("mode", ["in_memory", None])
+def test_j22_in_memory_bundles_on_several_threads_are_refused(mode, tmp_path, capsys):
+    from pipeline.run import main
+
+    flags = [f"--direct_running_mode={mode}"] if mode else []
+    code = main(["--stage=train_negatives", f"--coco_captions={_sample()}", f"--output_dir={tmp_path / 'out'}",
+                 "--direct_num_workers=4", *flags])
+    assert code == 2 and "not safe across threads" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_j6_a_recorded_type_no_longer_known_names_the_report_not_a_flag(tmp_path):
+    from pipeline.io.recorded import RecordedTable
+    from pipeline.options import HardposOptions, PipelineOptions, UsageError
+    from pipeline.stages.train_set import _recorded_positive_types
+
+    opts = PipelineOptions([]).view_as(HardposOptions)
+    report = str(tmp_path / "report.json")
+    with pytest.raises(UsageError, match=r"table hard_positives of .*report.json: positive_types_asked: unknown type "
+                                         r"llm_paraphrase.*give --positive_types"):
+        _recorded_positive_types(opts, RecordedTable(report, {"positive_types_asked": ["llm_paraphrase"]}, {}))
+    assert opts.positive_types is None
+    _recorded_positive_types(opts, RecordedTable(report, {"positive_types_asked": ["rule_replace", "rule_swap"]}, {}))
+    assert opts.positive_types == "rule_replace,rule_swap"

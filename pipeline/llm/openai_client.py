@@ -21,7 +21,7 @@ import zlib
 import httpx
 
 from pipeline.llm.engines import Generation
-from pipeline.urls import hidden_why, redact_urls, redacted
+from pipeline.urls import hidden_why, redact_secrets, redact_urls, redacted, secret_values
 
 RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 # Hosted APIs list hundreds of models with their descriptions: a few MB.
@@ -239,6 +239,8 @@ def parse_reply(data: bytes, chat: bool) -> Generation:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise bad(f"{where} holds a lone surrogate (\\ud800-\\udfff), not text") from None
+    if _holds_secret(text):  # a server echoing the key: the answer would reach rows, dead letters and the cache
+        raise bad(f"{where} holds a secret of this environment (OPENAI_API_KEY or another), or part of one; not kept")
     finish = choice.get("finish_reason") or "stop"
     if not isinstance(finish, str):
         raise bad("choices[0].finish_reason is not a string")
@@ -247,6 +249,16 @@ def parse_reply(data: bytes, chat: bool) -> Generation:
     if type(tokens) is not int or not 0 <= tokens < 2**31:  # a count for the report only: unknown is 0
         tokens = 0
     return Generation(text, finish, tokens)
+
+
+_SECRETS: list[str] | None = None
+
+
+def _holds_secret(text: str) -> bool:
+    global _SECRETS
+    if _SECRETS is None:
+        _SECRETS = secret_values()
+    return bool(_SECRETS) and redact_secrets(text, _SECRETS) != text
 
 
 class CompletionsClient:

@@ -73,6 +73,14 @@ class ImageIndex(dict):
         super().__init__()
         self.duplicates: dict[int, int] = {}
         self.repeated: dict[int, str] = {}  # id -> the field its entry names twice (which one is meant: not told)
+        self.malformed: dict[int, str] = {}  # id -> what is wrong with its entry (a file_name that is no string)
+
+
+_JSON_KINDS = {"dict": "object", "list": "array", "str": "string"}
+
+
+def _kind(value) -> str:
+    return "missing" if value is None else f"a JSON {_JSON_KINDS.get(type(value).__name__, type(value).__name__)}"
 
 
 def image_index(images: list) -> ImageIndex:
@@ -84,9 +92,12 @@ def image_index(images: list) -> ImageIndex:
         seen[image["id"]] += 1
         if repeated_name(image) is not None:
             index.repeated[image["id"]] = repeated_name(image)
-        elif isinstance(image.get("file_name"), str):
-            url = image.get("coco_url")
-            index[image["id"]] = {"file_name": image["file_name"], "image_url": url if isinstance(url, str) else None}
+        elif not isinstance(image.get("file_name"), str):
+            index.malformed[image["id"]] = f"its file_name is {_kind(image.get('file_name'))}, not a string"
+        elif image.get("coco_url") is not None and not isinstance(image.get("coco_url"), str):
+            index.malformed[image["id"]] = f"its coco_url is {_kind(image.get('coco_url'))}, not a string"
+        else:
+            index[image["id"]] = {"file_name": image["file_name"], "image_url": image.get("coco_url")}
 
     index.duplicates = {image_id: n for image_id, n in seen.items() if n > 1}
     for image_id in index.duplicates:
@@ -114,6 +125,8 @@ def normalise(raw, source_file: str, images: ImageIndex, bounds: InputBounds = D
     if image_id in images.repeated:
         raise Reject("repeated_field", f"image {image_id}'s entry names {printable(images.repeated[image_id])[:80]!r} "
                                        f"twice; which one holds it cannot be told")
+    if image_id in images.malformed:  # there, but not as an image can be: not "unknown"
+        raise Reject("bad_image_entry", f"image {image_id}'s entry is malformed: {images.malformed[image_id]}")
     image = images.get(image_id)
     if image is None:
         raise Reject("unknown_image", f"image_id {image_id} is not in the file's images")

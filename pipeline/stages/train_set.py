@@ -35,7 +35,7 @@ from pipeline.io.parquet import VERIFY_PAGES
 from pipeline.io.recorded import RecordedTable, read_recorded, recorded_table
 from pipeline.io.report import REPORT_FILE, SumCounts, table_report
 from pipeline.io.schema import load_schema
-from pipeline.options import HardposOptions, UsageError
+from pipeline.options import HardposOptions, UsageError, type_list
 from pipeline.perturb import transfer
 from pipeline.perturb.candidates import same_text
 from pipeline.perturb.neg_exchange import EXCHANGE
@@ -374,8 +374,11 @@ def _recorded_positive_types(opts: HardposOptions, recorded: RecordedTable) -> N
     as its report records them, so that the stages run one by one give the chain's tables (with the same flags)."""
     asked = recorded.section.get("positive_types_asked")
     if opts.positive_types is None and isinstance(asked, list) and asked and all(isinstance(t, str) for t in asked):
+        try:
+            type_list("positive_types_asked", ",".join(asked), hard_positives.ALL_TYPES)
+        except UsageError as e:  # the report's, not a flag the user gave
+            raise UsageError(f"table hard_positives of {recorded.report_path}: {e}; give --positive_types") from None
         opts.positive_types = ",".join(asked)
-        hard_positives.positive_types(opts)  # names only known types, else UsageError naming the flag
 
 
 def build(pipeline: beam.Pipeline, opts: HardposOptions):
