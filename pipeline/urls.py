@@ -13,13 +13,14 @@ import re
 
 # After scheme:// or scheme:/ (a library that joins a URL as a path, as `datasets` does, leaves one slash).
 _USERINFO = re.compile(r"(?<=:/)(/?)[^/?#]*@")  # greedy: up to the authority's last @
-_QUERY_VALUE = re.compile(r"([?&;][^=&#;\s]*=)[^&#;\s]*")
+_QUERY_VALUE = re.compile(r"([?&;#][^=&#;\s]*=)[^&#;\s]*")  # a fragment's too: #access_token=
 # a component with no '=' is a value (but *** itself, what redaction wrote)
 _BARE_QUERY = re.compile(r"(?<=[?&;])(?!\*\*\*(?:[&#;]|$))[^=&#;\s]+(?=[&#;]|$)")
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*:/[^\s'\"<>]+")
 
 
 _SCHEME = re.compile(r"[a-zA-Z][-a-zA-Z0-9+.]*://")
+_SCHEME_HEAD = re.compile(r"[a-zA-Z][-a-zA-Z0-9+.]*:/{1,2}")
 
 
 def has_scheme(path) -> bool:
@@ -36,8 +37,19 @@ _CUT_USERINFO = re.compile(r"(?<=:/)(/?[^/?#@\[\]:]*):(?![0-9]*[^\w/?#@]*(?:[/?#
 
 def redacted(url: str) -> str:
     """The URL with its userinfo and query values as ***; also the password of a userinfo cut short before its
-    '@' (an authority whose 'port' is not digits)."""
-    url = _USERINFO.sub(r"\1***@", str(url), count=1)
+    '@' (an authority whose 'port' is not digits), and everything up to the last '@' of a URL whose password holds
+    a '/', '?' or '#'."""
+    url = str(url)
+    head = _SCHEME_HEAD.match(url)
+    authority = re.match(r"[^/?#]*", url[head.end():]).group() if head else ""
+    rest = url[head.end() + len(authority):] if head else ""
+    port = authority.partition(":")[2]
+    if head and port and "@" not in authority and (
+            "@" in rest.partition("?")[0] or "@" in rest.partition("#")[2] or ("@" in rest and not port.isdigit())):
+        # "user:pass" cut by a '/', '?' or '#' in the password, its '@' further on: hidden up to the last '@' (an
+        # '@' in a path after a plain host, img@2x.png, is no userinfo)
+        url = head.group() + "***" + url[url.rfind("@"):]
+    url = _USERINFO.sub(r"\1***@", url, count=1)
     url = _CUT_USERINFO.sub(r"\1:***", url, count=1)
     url = _QUERY_VALUE.sub(r"\1***", url)
     base, mark, query = url.partition("?")
@@ -89,7 +101,10 @@ def hidden_why(url: str) -> str | None:
     if "@" in path.split("?", 1)[0] or "@" in fragment:
         return "it holds an '@' after its host (a password holding a '/', '?' or '#' must percent-encode it)"
     host = authority.rpartition("@")[2]
-    port = host.rpartition("]")[2].partition(":")[2] if host.startswith("[") else host.partition(":")[2]
+    if host.startswith("["):  # an IPv6 literal: the port after its ']' (none without one: not a URL at all)
+        port = host.partition("]")[2].partition(":")[2]
+    else:
+        port = host.partition(":")[2]
     if port and not port.isdigit():
         # "http://u:pw?x@host": parsers take u as the host and pw as its port, and quote that 'port' in errors
         return "its port is not a number (a password holding a '/', '?' or '#' must percent-encode it)"

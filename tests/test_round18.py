@@ -374,3 +374,28 @@ def test_j6_a_recorded_type_no_longer_known_names_the_report_not_a_flag(tmp_path
     assert opts.positive_types is None
     _recorded_positive_types(opts, RecordedTable(report, {"positive_types_asked": ["rule_replace", "rule_swap"]}, {}))
     assert opts.positive_types == "rule_replace,rule_swap"
+
+
+@pytest.mark.parametrize("url", ["http://u:p#SECRETev29@127.0.0.1:9/r", "http:/u:p#SECRETft31@127.0.0.1:9/run",
+                                 "http://u:p/SECRETx@h/x", "https://u:p?SECRETq@h/x"])
+def test_j29_j31_a_password_holding_a_separator_is_hidden_up_to_the_last_at(url):
+    """The evaluator's skipped-suite line (and results.json, report.md) and the trainer's --data error quoted the
+    tail of such a password: every message that redacts a URL now hides it."""
+    from pipeline.urls import redact_urls, redacted
+
+    assert "SECRET" not in redacted(url) and redacted(url).endswith(url[url.rfind("@"):])
+    assert "SECRET" not in redact_urls(f"--data: no data file at /tmp/x/{url}.")
+
+
+def test_j32_the_negatives_checks_help_prints():
+    from conftest import run_cli
+
+    done = run_cli("--help", module="pipeline.checks.negatives")
+    assert done.returncode == 0 and "95%" in done.stdout and "Traceback" not in done.stderr, done.stderr[-500:]
+
+
+def test_j40_a_fragments_values_are_hidden_as_a_querys_are():
+    from pipeline.urls import redacted
+
+    assert redacted("https://h/cb#access_token=TOKEN40&state=x") == "https://h/cb#access_token=***&state=***"
+    assert redacted("https://h/page#section") == "https://h/page#section"

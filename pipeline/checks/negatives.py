@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="The captions the table was made from (default: the report's input), for the "
                              "vocabulary checks.")
     parser.add_argument("--yield_targets", choices=("auto", "release", "none"), default="auto",
-                        help=f"The release's yield targets ({_targets_text(RELEASE_YIELDS)}): auto (default) applies them to a full-size run only ({FULL_SIZE_CAPTIONS:,} captions "
+                        # argparse %-formats help: the targets' "95%" is written "95%%"
+                        help=f"The release's yield targets ({_targets_text(RELEASE_YIELDS).replace('%', '%%')}): "
+                             f"auto (default) applies them to a full-size run only ({FULL_SIZE_CAPTIONS:,} captions "
                              f"or more), release always, none never.")
     parser.add_argument("--min_yield", type=_min_yield, action="append", default=[], metavar="TYPE=FRACTION",
                         help="A yield target of your own, e.g. swap=0.05 (repeatable); applied whatever the size.")
