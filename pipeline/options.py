@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import importlib
 import math
 import re
@@ -609,6 +610,7 @@ class FnApiDirectRunner(PipelineRunner):
         return _RedactedWorkersRunner(provision_info=provision).run_pipeline(pipeline, options)
 
 
+@functools.cache
 def _redacted_worker_runner():
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 

@@ -63,11 +63,14 @@ def shown_whole(url: str) -> str:
     return f"(a URL not shown here: {why})" if why else redacted(url)
 
 
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def shown(url: str, limit: int = 80) -> str:
     """A URL for a message: redacted whole first, then cut to `limit` characters (a cut made first could leave a
     password without the '@' that marks it)."""
-    text = redacted(url)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return _clipped(redacted(url), limit)
 
 
 def redact_urls(text: str) -> str:
@@ -77,8 +80,7 @@ def redact_urls(text: str) -> str:
 
 def cut(text: str, limit: int) -> str:
     """A message's text for a line of `limit` characters: its URLs redacted before it is cut (redact_urls)."""
-    text = redact_urls(text) if ":/" in str(text) else str(text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return _clipped(redact_urls(text) if ":/" in str(text) else str(text), limit)
 
 
 def hidden_why(url: str) -> str | None:
