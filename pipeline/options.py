@@ -607,11 +607,12 @@ class FnApiDirectRunner(PipelineRunner):
                  for name, value in options.get_all_options().items()}
         encoded = JobServiceHandle.encode_pipeline_options(shown)
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-        return _RedactedWorkersRunner(provision_info=provision).run_pipeline(pipeline, options)
+        return _redacted_workers_runner()(provision_info=provision).run_pipeline(pipeline, options)
 
 
 @functools.cache
-def _redacted_worker_runner():
+def _redacted_workers_runner():
+    """The runner class, made when first used (fn_runner imports much)."""
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     class RedactedWorkersRunner(fn_runner.FnApiRunner):
@@ -620,16 +621,11 @@ def _redacted_worker_runner():
 
         def run_via_runner_api(self, pipeline_proto, options):
             for environment in pipeline_proto.components.environments.values():
-                payload = environment.payload.replace(b"apache_beam.runners.worker.sdk_worker_main",
-                                                      b"pipeline.runners.redacted_worker")
-                environment.payload = payload
+                environment.payload = environment.payload.replace(b"apache_beam.runners.worker.sdk_worker_main",
+                                                                  b"pipeline.runners.redacted_worker")
             return super().run_via_runner_api(pipeline_proto, options)
 
     return RedactedWorkersRunner
-
-
-def _RedactedWorkersRunner(**kwargs):  # noqa: N802  (a class, made when first used: fn_runner imports much)
-    return _redacted_worker_runner()(**kwargs)
 
 
 LOCAL_RUNNER = f"{__name__}.{FnApiDirectRunner.__name__}"
